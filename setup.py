@@ -1,0 +1,35 @@
+"""tf_repulsive: active mini-batch sampling with repulsive point processes for tf.data / Keras."""
+
+import pathlib
+import re
+
+import setuptools
+
+_HERE = pathlib.Path(__file__).parent
+_VERSION = re.search(r'__version__ = "([^"]+)"', (_HERE / "tf_repulsive" / "__init__.py").read_text()).group(1)
+
+setuptools.setup(
+    name="tf_repulsive",
+    version=_VERSION,
+    description="Active mini-batch sampling with repulsive point processes (Poisson disk sampling) for tf.data and Keras.",
+    long_description=(_HERE / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    packages=setuptools.find_packages(include=["tf_repulsive", "tf_repulsive.*"]),
+    python_requires=">=3.10",
+    # TensorFlow itself comes from an extra: `cpu` (tensorflow-cpu) or `gpu` (tensorflow), so that
+    # installing one does not pull in the other.
+    install_requires=[
+        "numpy>=1.24",
+        "scikit-learn>=1.3",
+        "keras>=3.0",
+        "absl-py>=1.4",
+    ],
+    extras_require={
+        "cpu": ["tensorflow-cpu>=2.16"],
+        "gpu": ["tensorflow>=2.16"],
+        "datasets": ["tensorflow-datasets>=4.9", "importlib_resources"],
+        "examples": ["tqdm>=4.60", "matplotlib>=3.7"],
+        "test": ["pytest>=7"],
+    },
+    license="Apache-2.0",
+)

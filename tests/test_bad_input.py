@@ -1,0 +1,174 @@
+"""Bad input fails fast with an error that names the argument."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_repulsive
+
+
+def _dataset(size=40, dim=3, labels=True):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(size, dim)).astype(np.float32)
+  y = rng.integers(0, 2, size).astype(np.int64)
+  return tf.data.Dataset.from_tensor_slices((x, y) if labels else x)
+
+
+@pytest.mark.parametrize("batch_size,error,match", [
+    (0, ValueError, "batch_size"), (-3, ValueError, "batch_size"), (2.5, TypeError, "batch_size"),
+    (True, TypeError, "batch_size")])
+def test_batch_size_checked_when_built(batch_size, error, match):
+  with pytest.raises(error, match=match):
+    tf_repulsive.repulsive_batch(batch_size, tf_repulsive.Uniform())
+
+
+def test_batch_size_larger_than_dataset():
+  with pytest.raises(ValueError, match="batch_size.*exceeds"):
+    _dataset(10).apply(tf_repulsive.repulsive_batch(11, tf_repulsive.Uniform()))
+
+
+def test_batch_of_whole_dataset_is_allowed():
+  batch = next(iter(_dataset(10).apply(tf_repulsive.repulsive_batch(10, tf_repulsive.VanillaPDS()))))
+  assert batch[0].shape == (10, 3)
+
+
+def test_sampler_type_checked():
+  with pytest.raises(TypeError, match="sampler"):
+    tf_repulsive.repulsive_batch(5, "vanilla")
+
+
+def test_seed_type_checked():
+  with pytest.raises(TypeError, match="seed"):
+    tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform(), seed="0")
+
+
+def test_empty_dataset():
+  with pytest.raises(ValueError, match="empty"):
+    _dataset().take(0).apply(tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform()))
+
+
+def test_infinite_dataset():
+  with pytest.raises(ValueError, match="infinite"):
+    _dataset().repeat().apply(tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform()))
+
+
+def test_unknown_size_dataset_beyond_max_elements():
+  endless = tf.data.Dataset.from_generator(
+      lambda: itertools.repeat(np.zeros(3, np.float32)), output_signature=tf.TensorSpec([3], tf.float32))
+  with pytest.raises(ValueError, match="max_elements"):
+    endless.apply(tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform(), max_elements=10_000))
+
+
+def test_non_finite_features():
+  x = np.ones((20, 2), np.float32)
+  x[7, 1] = np.nan
+  with pytest.raises(ValueError, match="NaN or infinite.*index 7"):
+    tf.data.Dataset.from_tensor_slices(x).apply(tf_repulsive.repulsive_batch(5, tf_repulsive.VanillaPDS()))
+
+
+def test_ragged_tensor_elements():
+  ragged = tf.data.Dataset.from_tensor_slices(tf.ragged.constant([[1.0], [1.0, 2.0]] * 5))
+  with pytest.raises(TypeError, match="dense"):
+    ragged.apply(tf_repulsive.repulsive_batch(2, tf_repulsive.Uniform()))
+
+
+def test_features_of_varying_shape():
+  varying = tf.data.Dataset.from_generator(
+      lambda: (np.zeros(1 + i % 3, np.float32) for i in range(12)),
+      output_signature=tf.TensorSpec([None], tf.float32))
+  with pytest.raises(ValueError, match="differ in shape"):
+    varying.apply(tf_repulsive.repulsive_batch(2, tf_repulsive.Uniform()))
+
+
+def test_string_features_need_a_feature_fn():
+  names = tf.data.Dataset.from_tensor_slices((["a", "b", "c"], [0, 1, 0]))
+  with pytest.raises(TypeError, match="feature_fn"):
+    names.apply(tf_repulsive.repulsive_batch(2, tf_repulsive.Uniform()))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tf_repulsive.VanillaPDS(radius=-1.0), lambda: tf_repulsive.EasyPDS(radius=-0.5),
+    lambda: tf_repulsive.VanillaPDS(radius=float("inf")), lambda: tf_repulsive.AnnealPDS(radius=-2)])
+def test_negative_or_infinite_radius(make):
+  with pytest.raises(ValueError, match="radius"):
+    make()
+
+
+def test_radius_type():
+  with pytest.raises(TypeError, match="radius"):
+    tf_repulsive.VanillaPDS(radius="big")
+
+
+@pytest.mark.parametrize("pi,match", [
+    ([1, 1, 1], "neighbors \\+ 1 = 6"), ([1, 1, 1, 1, 1, -1], "non-negative"),
+    ([0, 0, 0, 0, 0, 0], "positive sum"), ([[1, 1, 1, 1, 1, 1]], "1-D")])
+def test_bad_pi(pi, match):
+  with pytest.raises(ValueError, match=match):
+    tf_repulsive.DensePDS(pi)
+
+
+@pytest.mark.parametrize("make", [tf_repulsive.EasyPDS, tf_repulsive.AnnealPDS,
+                                  lambda: tf_repulsive.DensePDS([1] * 6)])
+def test_missing_labels(make):
+  with pytest.raises(ValueError, match="labels"):
+    _dataset(labels=False).apply(tf_repulsive.repulsive_batch(5, make()))
+
+
+def test_float_labels():
+  floats = tf.data.Dataset.from_tensor_slices((np.zeros((20, 2), np.float32), np.zeros(20, np.float32)))
+  with pytest.raises(TypeError, match="integer class ids.*label_fn"):
+    floats.apply(tf_repulsive.repulsive_batch(5, tf_repulsive.EasyPDS()))
+
+
+def test_one_hot_labels_get_the_argmax_hint():
+  one_hot = tf.data.Dataset.from_tensor_slices((np.zeros((20, 2), np.float32), np.eye(2, dtype=np.int64)[[0, 1] * 10]))
+  with pytest.raises(ValueError, match="argmax"):
+    one_hot.apply(tf_repulsive.repulsive_batch(5, tf_repulsive.EasyPDS()))
+
+
+def test_labels_are_not_needed_without_mingling():
+  batch = next(iter(_dataset(labels=False).apply(tf_repulsive.repulsive_batch(5, tf_repulsive.VanillaPDS()))))
+  assert batch.shape == (5, 3)
+
+
+@pytest.mark.parametrize("neighbors,error", [(0, ValueError), (1.5, TypeError)])
+def test_neighbors_checked_when_built(neighbors, error):
+  with pytest.raises(error, match="neighbors"):
+    tf_repulsive.EasyPDS(neighbors=neighbors)
+
+
+def test_neighbors_not_below_dataset_size():
+  with pytest.raises(ValueError, match="neighbors"):
+    _dataset(8).apply(tf_repulsive.repulsive_batch(2, tf_repulsive.EasyPDS(neighbors=8)))
+
+
+def test_max_darts_checked():
+  with pytest.raises(ValueError, match="max_darts"):
+    tf_repulsive.VanillaPDS(max_darts=0)
+
+
+def test_bad_schedule():
+  with pytest.raises(TypeError, match="schedule"):
+    tf_repulsive.AnnealPDS(schedule=3)
+  wrong_length = tf_repulsive.AnnealPDS(schedule=lambda h, n: h[:3])
+  with pytest.raises(ValueError, match="schedule"):
+    _dataset().apply(tf_repulsive.repulsive_batch(5, wrong_length))
+
+
+def test_a_sampler_drives_one_pipeline():
+  sampler = tf_repulsive.VanillaPDS()
+  _dataset().apply(tf_repulsive.repulsive_batch(5, sampler))
+  with pytest.raises(ValueError, match="new sampler"):
+    _dataset().apply(tf_repulsive.repulsive_batch(5, sampler))
+
+
+def test_stats_of_an_unused_sampler():
+  with pytest.raises(ValueError, match="apply"):
+    tf_repulsive.sampling_stats(tf_repulsive.Uniform())
+
+
+def test_not_a_dataset():
+  with pytest.raises(TypeError, match="tf.data.Dataset"):
+    tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform())(np.zeros((10, 2)))

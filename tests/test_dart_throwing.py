@@ -1,0 +1,107 @@
+"""The blocked dart thrower against the sequential algorithm of the paper, dart for dart."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_repulsive import _dart_throwing
+
+KEY = tf.constant([7, 11], tf.int64)
+
+
+def _grid(side):
+  """Integer grid points: squared distances are integers, so radii of x.5 are never hit exactly."""
+  xs, ys = np.meshgrid(np.arange(side), np.arange(side))
+  return np.stack([xs.ravel(), ys.ravel()], axis=1).astype(np.float32)
+
+
+def _thrown_darts(thrower, step, log_pi=None):
+  """Every dart `draw` may throw for `step`, in order (same stateless calls as the thrower)."""
+  step_key = tf.random.experimental.stateless_fold_in(KEY, tf.constant(step, tf.int64))
+  blocks = [thrower._darts(step_key, 0, thrower._first_block, log_pi)]
+  blocks += [thrower._darts(step_key, b, thrower._block, log_pi)
+             for b in range(1, thrower._later_blocks + 1)]
+  return np.concatenate([b.numpy() for b in blocks])
+
+
+def _sequential(darts, points, radius, k):
+  """The paper's dart throwing: accept unless a duplicate or closer than min(r_i, r_j)."""
+  accepted = []
+  for dart in darts:
+    if len(accepted) == k:
+      break
+    if dart in accepted:
+      continue
+    gaps = np.linalg.norm(points[accepted] - points[dart], axis=1)
+    if np.any(gaps < np.minimum(radius[accepted], radius[dart])):
+      continue
+    accepted.append(int(dart))
+  return accepted
+
+
+def _plan(radius, max_darts, categories=None, pi=None):
+  return _dart_throwing.DartPlan(
+      point_radius=radius,
+      category_pi=None if pi is None else (lambda step: tf.constant(pi, tf.float64)),
+      categories=categories, num_categories=0 if pi is None else len(pi), max_darts=max_darts)
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 2**24])
+@pytest.mark.parametrize("batch_size", [1, 7, 40])
+def test_equals_sequential_dart_throwing_with_mixed_radii(cache_bytes, batch_size):
+  points = _grid(30)
+  rng = np.random.default_rng(batch_size)
+  radius = rng.choice([0.0, 1.5, 2.5, 4.5], size=len(points))
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 400), batch_size, cache_bytes)
+  for step in range(5):
+    indices, fallback = thrower.draw(KEY, tf.constant(step, tf.int64))
+    expected = _sequential(_thrown_darts(thrower, step), points, radius, batch_size)
+    assert indices.numpy()[:len(expected)].tolist() == expected
+    assert int(fallback) == batch_size - len(expected)
+
+
+def test_equals_sequential_dart_throwing_with_category_darts():
+  points = _grid(25)
+  rng = np.random.default_rng(3)
+  categories = rng.integers(0, 4, len(points))
+  pi = [0.1, 0.2, 0.3, 0.4]
+  radius = np.full(len(points), 1.5)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300, categories, pi), 30)
+  log_pi = thrower._effective_log_pi(tf.constant(0, tf.int64))
+  for step in range(5):
+    indices, _ = thrower.draw(KEY, tf.constant(step, tf.int64))
+    expected = _sequential(_thrown_darts(thrower, step, log_pi), points, radius, 30)
+    assert indices.numpy()[:len(expected)].tolist() == expected
+
+
+def test_fallback_fills_distinct_points_when_the_radius_is_too_large():
+  points = _grid(10)
+  # Radius 100 admits one point per batch: the rest comes from the fallback fill.
+  thrower = _dart_throwing.DartThrower(points, _plan(np.full(100, 100.0), 64), 20)
+  indices, fallback = thrower.draw(KEY, tf.constant(0, tf.int64))
+  assert int(fallback) == 19
+  assert len(set(indices.numpy().tolist())) == 20
+  again, _ = thrower.draw(KEY, tf.constant(0, tf.int64))
+  np.testing.assert_array_equal(indices, again)
+
+
+def test_batch_of_the_whole_dataset_terminates_and_is_a_permutation():
+  points = _grid(6)
+  thrower = _dart_throwing.DartThrower(points, _plan(np.full(36, 0.5), 36), 36)
+  indices, _ = thrower.draw(KEY, tf.constant(0, tf.int64))
+  assert sorted(indices.numpy().tolist()) == list(range(36))
+
+
+def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension():
+  rng = np.random.default_rng(5)
+  # Far from the origin and from each other: plain float32 Gram distances would err by more
+  # than the gap between nearby pairs and the radius.
+  points = (1000.0 + rng.normal(size=(400, 512))).astype(np.float32)
+  distances = np.linalg.norm(points[:, None].astype(np.float64) - points[None], axis=-1)
+  radius = float(np.quantile(distances[np.triu_indices(400, 1)], 0.02))
+  for cache_bytes in (0, 2**24):
+    thrower = _dart_throwing.DartThrower(points, _plan(np.full(400, radius), 2000), 30, cache_bytes)
+    for step in range(10):
+      indices = thrower.draw(KEY, tf.constant(step, tf.int64))[0].numpy()
+      chosen = distances[np.ix_(indices, indices)] + np.diag(np.full(30, np.inf))
+      assert chosen.min() >= radius

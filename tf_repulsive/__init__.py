@@ -1,0 +1,38 @@
+"""tf_repulsive: active mini-batch sampling with repulsive point processes for tf.data / Keras.
+
+Implements Zhang, Öztireli, Mandt, Salvi, "Active Mini-Batch Sampling using Repulsive Point
+Processes": Poisson disk sampling by dart throwing (Vanilla PDS), mingling-index variants (Easy,
+Dense, Anneal PDS) and the annealing schedule, as a `tf.data` transformation.
+"""
+
+from tf_repulsive._callback import AnnealingCallback
+from tf_repulsive._mingling import mingling_index
+from tf_repulsive._pipeline import SamplingStats
+from tf_repulsive._pipeline import repulsive_batch
+from tf_repulsive._pipeline import sampling_stats
+from tf_repulsive._samplers import AnnealPDS
+from tf_repulsive._samplers import DensePDS
+from tf_repulsive._samplers import EasyPDS
+from tf_repulsive._samplers import Sampler
+from tf_repulsive._samplers import Uniform
+from tf_repulsive._samplers import VanillaPDS
+from tf_repulsive._schedule import anneal_pi
+from tf_repulsive._schedule import paper_schedule
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "AnnealPDS",
+    "AnnealingCallback",
+    "DensePDS",
+    "EasyPDS",
+    "Sampler",
+    "SamplingStats",
+    "Uniform",
+    "VanillaPDS",
+    "anneal_pi",
+    "mingling_index",
+    "paper_schedule",
+    "repulsive_batch",
+    "sampling_stats",
+)

@@ -1,0 +1,239 @@
+"""Dart throwing for Poisson disk sampling over a finite point set, as TensorFlow graph ops.
+
+The sequential algorithm (paper, section 4 and Algorithm 1) throws one dart at a time and accepts
+it unless it lies inside the disk of an accepted point. Here darts are thrown in blocks: a block
+is tested against the accepted set with one Gram matrix, conflicts inside the block are resolved
+with matrix ops in dart order, and the result is exactly what the sequential loop accepts from
+the same darts. Work per batch is O(darts * k * d), independent of the dataset size N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+# Probability over mingling values at global step n (a float64 tensor), or None for darts that
+# are uniform over all points.
+CategoryPi = Callable[[tf.Tensor], tf.Tensor]
+
+_FLOAT32_EPS = float(np.finfo(np.float32).eps)
+_CACHE_ROW_BLOCK = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class DartPlan:
+  """What one sampler asks of the dart thrower, resolved against a concrete dataset.
+
+  Attributes:
+    point_radius: `[N]` disk radius of every point, or None for no disk test (distinct points
+      uniformly at random). Two points conflict when closer than the smaller of their radii.
+    category_pi: pi over mingling values as a function of the step (Dense / Anneal PDS), or None
+      for darts uniform over all points.
+    categories: `[N]` mingling value (0..K) of every point; required with `category_pi`.
+    num_categories: K + 1, the number of possible mingling values.
+    max_darts: bound on the darts thrown for one batch before the fallback fill.
+  """
+
+  point_radius: np.ndarray | None
+  category_pi: CategoryPi | None
+  categories: np.ndarray | None
+  num_categories: int
+  max_darts: int
+
+
+class DartThrower:
+  """Draws the indices of one mini-batch as a pure function of a stateless key and the step."""
+
+  def __init__(self, features: np.ndarray, plan: DartPlan, batch_size: int,
+               distance_cache_bytes: int = 0):
+    """Prepares the per-dataset tensors once.
+
+    Args:
+      features: `[N, d]` float array; distances are Euclidean in this space.
+      plan: the sampler's resolved plan.
+      batch_size: k, the number of distinct points in a batch (<= N).
+      distance_cache_bytes: when the `[N, N]` float32 matrix of squared distances fits in this
+        many bytes, it is computed here once and disk tests look distances up (O(k^2) per batch
+        instead of O(k^2 d)).
+    """
+    num_points, dim = features.shape
+    self._num_points = num_points
+    self._batch_size = batch_size
+    self._plan = plan
+    # Centering leaves distances unchanged and keeps Gram-based distances accurate in float32.
+    centered = features.astype(np.float64) - features.astype(np.float64).mean(axis=0)
+    self._features = tf.constant(centered.astype(np.float32))
+    self._sq_norms = tf.constant(np.einsum("ij,ij->i", centered, centered).astype(np.float32))
+    # A rigorous bound on the float32 rounding error of |x|^2 + |y|^2 - 2 x.y relative to
+    # |x|^2 + |y|^2: pairs within it of the disk boundary count as conflicts, so every accepted
+    # pair is at least the radius apart in exact arithmetic.
+    self._tolerance = (dim + 4) * _FLOAT32_EPS
+    self._sq_distances = None
+    if plan.point_radius is not None:
+      self._point_radius = tf.constant(plan.point_radius.astype(np.float32))
+      if 4 * num_points * num_points <= distance_cache_bytes:
+        self._sq_distances = tf.reshape(self._pairwise_sq_distances(), [-1])
+    if plan.category_pi is not None:
+      order = np.argsort(plan.categories, kind="stable")
+      counts = np.bincount(plan.categories, minlength=plan.num_categories)
+      self._points_by_category = tf.constant(order.astype(np.int32))
+      self._category_counts = tf.constant(counts.astype(np.float64))
+      self._category_offsets = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))
+    # The first block fills most of a batch when rejections are rare; smaller later blocks keep
+    # the Gram work close to what the accepted set needs.
+    self._first_block = min(batch_size, plan.max_darts)
+    self._block = max(8, math.ceil(batch_size / 4))
+    self._later_blocks = max(0, math.ceil((plan.max_darts - self._first_block) / self._block))
+
+  def _pairwise_sq_distances(self) -> tf.Tensor:
+    """`[N, N]` float32 squared distances, Gram-based like the on-the-fly test, by row blocks."""
+    blocks = []
+    for start in range(0, self._num_points, _CACHE_ROW_BLOCK):
+      rows = self._features[start:start + _CACHE_ROW_BLOCK]
+      gram = tf.matmul(rows, self._features, transpose_b=True)
+      blocks.append(self._sq_norms[start:start + _CACHE_ROW_BLOCK, None] + self._sq_norms[None, :] - 2.0 * gram)
+    return tf.concat(blocks, axis=0)
+
+  def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The batch for global step `step`.
+
+    Args:
+      key: `[2]` int64 stateless seed of the pipeline.
+      step: int64 scalar global step n.
+
+    Returns:
+      `indices`: `[k]` int32 distinct point indices, in acceptance order; `fallback`: int32 scalar,
+      how many of them the fallback fill supplied because the dart budget ran out.
+    """
+    step_key = tf.random.experimental.stateless_fold_in(key, step)
+    if self._plan.point_radius is None and self._plan.category_pi is None:
+      return self._distinct_uniform(step_key), tf.constant(0, tf.int32)
+    log_pi = None
+    if self._plan.category_pi is not None:
+      log_pi = self._effective_log_pi(step)
+    accepted = tf.zeros([self._batch_size], tf.int32)
+    count = tf.constant(0, tf.int32)
+    darts = self._darts(step_key, 0, self._first_block, log_pi)
+    accepted, count = self._accept(darts, accepted, count, against_accepted=False)
+
+    def keep_throwing(block, accepted, count):
+      del accepted
+      return tf.logical_and(count < self._batch_size, block <= self._later_blocks)
+
+    def throw_block(block, accepted, count):
+      darts = self._darts(step_key, block, self._block, log_pi)
+      accepted, count = self._accept(darts, accepted, count, against_accepted=True)
+      return block + 1, accepted, count
+
+    _, accepted, count = tf.while_loop(
+        keep_throwing, throw_block, (tf.constant(1), accepted, count),
+        maximum_iterations=self._later_blocks)
+    indices = tf.cond(
+        count < self._batch_size,
+        lambda: self._fill_uniformly(step_key, accepted, count),
+        lambda: accepted)
+    return indices, self._batch_size - count
+
+  def _effective_log_pi(self, step: tf.Tensor) -> tf.Tensor:
+    """log pi restricted to mingling values that occur in the data, renormalised."""
+    pi = tf.cast(self._plan.category_pi(step), tf.float64)
+    pi = tf.where(self._category_counts > 0, pi, tf.zeros_like(pi))
+    total = tf.reduce_sum(pi)
+    check = tf.debugging.assert_positive(
+        total, message="the mingling distribution pi puts no mass on a mingling value that occurs")
+    with tf.control_dependencies([check]):
+      return tf.math.log(pi / total)
+
+  def _darts(self, step_key: tf.Tensor, block: int | tf.Tensor, size: int,
+             log_pi: tf.Tensor | None) -> tf.Tensor:
+    block_key = tf.random.experimental.stateless_fold_in(step_key, tf.cast(block, tf.int64) + 1)
+    if log_pi is None:
+      return tf.random.stateless_uniform(
+          [size], block_key, minval=0, maxval=self._num_points, dtype=tf.int32)
+    category_key = tf.random.experimental.stateless_fold_in(block_key, 0)
+    member_key = tf.random.experimental.stateless_fold_in(block_key, 1)
+    category = tf.random.stateless_categorical(log_pi[None, :], size, category_key, dtype=tf.int32)[0]
+    counts = tf.gather(self._category_counts, category)
+    uniform = tf.random.stateless_uniform([size], member_key, dtype=tf.float64)
+    member = tf.cast(tf.minimum(tf.floor(uniform * counts), counts - 1.0), tf.int32)
+    return tf.gather(self._points_by_category, tf.gather(self._category_offsets, category) + member)
+
+  def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
+    """`[rows, cols]` bool: same point, or closer than the smaller of the two disk radii."""
+    same = tf.equal(rows[:, None], cols[None, :])
+    if self._plan.point_radius is None:
+      return same
+    row_sq = tf.gather(self._sq_norms, rows)[:, None]
+    col_sq = tf.gather(self._sq_norms, cols)[None, :]
+    if self._sq_distances is None:
+      row_x = tf.gather(self._features, rows)
+      col_x = row_x if cols is rows else tf.gather(self._features, cols)
+      sq_dist = row_sq + col_sq - 2.0 * tf.matmul(row_x, col_x, transpose_b=True)
+    else:
+      pairs = tf.cast(rows, tf.int64)[:, None] * self._num_points + tf.cast(cols, tf.int64)[None, :]
+      sq_dist = tf.gather(self._sq_distances, pairs)
+    radius = tf.minimum(tf.gather(self._point_radius, rows)[:, None],
+                        tf.gather(self._point_radius, cols)[None, :])
+    sq_radius = tf.square(radius)
+    close = tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius + self._tolerance * (row_sq + col_sq))
+    return tf.logical_or(same, close)
+
+  def _accept(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor,
+              against_accepted: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    """Adds to `accepted` exactly the darts the sequential algorithm would accept, in order."""
+    size = darts.shape[0]
+    if against_accepted:
+      occupied = tf.range(self._batch_size) < count
+      hits = self._conflicts(darts, accepted)
+      undecided = tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[None, :]), axis=1))
+    else:
+      undecided = tf.ones([size], tf.bool)
+    earlier = tf.range(size)[None, :] < tf.range(size)[:, None]
+    blocks = tf.logical_and(self._conflicts(darts, darts), earlier)
+
+    # A dart is accepted once no earlier dart that blocks it can still be accepted, and rejected
+    # once an earlier blocking dart is accepted. Each round settles at least the first undecided
+    # dart, so at most `size` rounds run; usually a handful.
+    def unsettled(undecided, taken):
+      del taken
+      return tf.reduce_any(undecided)
+
+    def settle(undecided, taken):
+      live = tf.logical_or(undecided, taken)
+      blocked = tf.reduce_any(tf.logical_and(blocks, live[None, :]), axis=1)
+      taken = tf.logical_or(taken, tf.logical_and(undecided, tf.logical_not(blocked)))
+      beaten = tf.reduce_any(tf.logical_and(blocks, taken[None, :]), axis=1)
+      undecided = tf.logical_and(tf.logical_and(undecided, blocked), tf.logical_not(beaten))
+      return undecided, taken
+
+    _, taken = tf.while_loop(unsettled, settle, (undecided, tf.zeros([size], tf.bool)),
+                             maximum_iterations=size)
+    # The sequential loop stops at k accepted points: keep the first k - count in dart order.
+    rank = tf.cumsum(tf.cast(taken, tf.int32))
+    taken = tf.logical_and(taken, rank <= self._batch_size - count)
+    slots = tf.boolean_mask(count + rank - 1, taken)
+    accepted = tf.tensor_scatter_nd_update(accepted, slots[:, None], tf.boolean_mask(darts, taken))
+    return accepted, count + tf.reduce_sum(tf.cast(taken, tf.int32))
+
+  def _distinct_uniform(self, step_key: tf.Tensor, size: int | None = None) -> tf.Tensor:
+    """The first `size` (default k) entries of a stateless uniform permutation of the points."""
+    size = self._batch_size if size is None else size
+    return tf.random.experimental.index_shuffle(tf.range(size), step_key, self._num_points - 1)
+
+  def _fill_uniformly(self, step_key: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    """Completes a batch the darts could not fill with distinct points uniformly at random.
+
+    Deterministic in the key: the first points of a stateless permutation that are not in the
+    batch yet. Among min(N, 2k) permuted points at most count < k are taken, so enough remain.
+    """
+    fill_key = tf.random.experimental.stateless_fold_in(step_key, 0)
+    candidates = self._distinct_uniform(fill_key, min(self._num_points, 2 * self._batch_size))
+    occupied = tf.range(self._batch_size) < count
+    in_batch = tf.reduce_any(
+        tf.logical_and(tf.equal(candidates[:, None], accepted[None, :]), occupied[None, :]), axis=1)
+    fresh = tf.boolean_mask(candidates, tf.logical_not(in_batch))
+    return tf.where(occupied, accepted, tf.gather(fresh, tf.maximum(tf.range(self._batch_size) - count, 0)))

@@ -1,0 +1,228 @@
+"""Samplers: immutable configurations of the point process that draws each mini-batch."""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tf_repulsive import _dart_throwing
+from tf_repulsive import _schedule
+
+
+def _check_radius(radius: float | None) -> None:
+  if radius is None:
+    return
+  if isinstance(radius, bool) or not isinstance(radius, numbers.Real):
+    raise TypeError(f"`radius` must be a number or None (half the median distance); got {radius!r}.")
+  if not np.isfinite(radius) or radius < 0:
+    raise ValueError(f"`radius` must be finite and >= 0; got {radius}. Use None for the default.")
+
+
+def _check_count(value: int | None, name: str) -> None:
+  """`value` must be None or an int >= 1."""
+  if value is None:
+    return
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    raise TypeError(f"`{name}` must be an int; got {value!r}.")
+  if value < 1:
+    raise ValueError(f"`{name}` must be >= 1; got {value}.")
+
+
+def _dart_budget(max_darts: int | None, batch_size: int) -> int:
+  return max(16 * batch_size, 256) if max_darts is None else max_darts
+
+
+class Sampler:
+  """Base of all samplers. Instances are frozen and compare by identity.
+
+  A sampler instance drives exactly one pipeline (`repulsive_batch` refuses a second), because
+  the pipeline's step clock and statistics are reached through it (`AnnealingCallback`,
+  `sampling_stats`).
+  """
+
+  # Whether the sampler needs class labels (for mingling indices).
+  needs_labels: bool = False
+  # Whether the sampler tests disks (and so needs a radius, estimated when None).
+  has_disk: bool = False
+
+  def plan(self, *, batch_size: int, radius: float | None, categories: np.ndarray | None,
+           num_points: int) -> _dart_throwing.DartPlan:
+    """Resolves this configuration against a dataset.
+
+    Args:
+      batch_size: k.
+      radius: the disk radius to use (the configured one or the estimate); None without a disk.
+      categories: `[N]` mingling values 0..K when `needs_labels`, else None.
+      num_points: N.
+
+    Returns:
+      The plan the dart thrower executes.
+    """
+    raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Uniform(Sampler):
+  """Plain SGD: `batch_size` distinct points uniformly at random (no repulsion)."""
+
+  def plan(self, *, batch_size, radius, categories, num_points):
+    del batch_size, radius, categories, num_points
+    return _dart_throwing.DartPlan(point_radius=None, category_pi=None, categories=None,
+                                   num_categories=0, max_darts=1)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class VanillaPDS(Sampler):
+  """Poisson disk sampling by dart throwing with one fixed disk radius (the paper's Vanilla PDS).
+
+  No two points of a batch are closer than `radius` (up to the documented fallback fill).
+
+  Attributes:
+    radius: disk radius in feature space; None: half the median pairwise distance.
+    max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+  """
+
+  radius: float | None = None
+  max_darts: int | None = None
+  has_disk = True
+
+  def __post_init__(self):
+    _check_radius(self.radius)
+    _check_count(self.max_darts, "max_darts")
+
+  def plan(self, *, batch_size, radius, categories, num_points):
+    del categories
+    return _dart_throwing.DartPlan(
+        point_radius=np.full([num_points], radius), category_pi=None, categories=None,
+        num_categories=0, max_darts=_dart_budget(self.max_darts, batch_size))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EasyPDS(Sampler):
+  """Easy PDS: disk radius r0 for points of mingling index 0, none for the others.
+
+  Only easy points (all K nearest neighbours share their label) repulse each other, so points
+  near decision boundaries are sampled more often than with Vanilla PDS.
+
+  Attributes:
+    radius: r0; None: half the median pairwise distance.
+    neighbors: K of the mingling index.
+    max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+  """
+
+  radius: float | None = None
+  neighbors: int = 5
+  max_darts: int | None = None
+  needs_labels = True
+  has_disk = True
+
+  def __post_init__(self):
+    _check_radius(self.radius)
+    _check_count(self.neighbors, "neighbors")
+    _check_count(self.max_darts, "max_darts")
+
+  def plan(self, *, batch_size, radius, categories, num_points):
+    del num_points
+    return _dart_throwing.DartPlan(
+        point_radius=np.where(categories == 0, radius, 0.0), category_pi=None, categories=None,
+        num_categories=0, max_darts=_dart_budget(self.max_darts, batch_size))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DensePDS(Sampler):
+  """Dense PDS (the paper's Algorithm 1): darts drawn by mingling value, then the disk test.
+
+  Each dart first draws a mingling value m ~ Cat(pi) over the K + 1 possible values (0, 1/K, ...,
+  1), then a point uniformly among those with value m. Values no point has are skipped and pi is
+  renormalised over the rest.
+
+  Attributes:
+    pi: K + 1 non-negative weights (normalised here) for mingling values 0, 1/K, ..., 1.
+    radius: disk radius; None: half the median pairwise distance.
+    neighbors: K of the mingling index.
+    max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+  """
+
+  pi: Sequence[float]
+  radius: float | None = None
+  neighbors: int = 5
+  max_darts: int | None = None
+  needs_labels = True
+  has_disk = True
+
+  def __post_init__(self):
+    _check_radius(self.radius)
+    _check_count(self.neighbors, "neighbors")
+    _check_count(self.max_darts, "max_darts")
+    pi = _schedule.validate_histogram(self.pi, "pi")
+    if pi.size != self.neighbors + 1:
+      raise ValueError(
+          f"`pi` must have neighbors + 1 = {self.neighbors + 1} entries (mingling values 0, 1/K, "
+          f"..., 1); got {pi.size}.")
+    object.__setattr__(self, "pi", tuple(float(p) for p in pi))
+
+  def plan(self, *, batch_size, radius, categories, num_points):
+    present = np.bincount(categories, minlength=self.neighbors + 1) > 0
+    if not np.any(np.asarray(self.pi) * present > 0):
+      raise ValueError(
+          f"`pi` = {self.pi} puts no mass on a mingling value that occurs in the data "
+          f"(values present: {np.flatnonzero(present).tolist()}); give those values weight.")
+    pi = tf.constant(self.pi, tf.float64)
+    return _dart_throwing.DartPlan(
+        point_radius=np.full([num_points], radius), category_pi=lambda step: pi,
+        categories=categories, num_categories=self.neighbors + 1,
+        max_darts=_dart_budget(self.max_darts, batch_size))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AnnealPDS(Sampler):
+  """Anneal PDS: Dense PDS whose pi_n follows a schedule over the global step n.
+
+  The default schedule is the paper's: pi_n ∝ h^(1/log(0.01 n + 1)) with h the empirical histogram
+  of mingling values, so early batches are dominated by easy points (mingling index 0) and pi_n
+  passes through h at n ≈ 172 before flattening.
+
+  Attributes:
+    radius: disk radius; None: half the median pairwise distance.
+    neighbors: K of the mingling index.
+    schedule: `(h, n) -> pi` in TensorFlow ops (h float64 [K + 1], n int64 scalar); None: the
+      paper's (`tf_repulsive.paper_schedule`).
+    max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+  """
+
+  radius: float | None = None
+  neighbors: int = 5
+  schedule: _schedule.Schedule | None = None
+  max_darts: int | None = None
+  needs_labels = True
+  has_disk = True
+
+  def __post_init__(self):
+    _check_radius(self.radius)
+    _check_count(self.neighbors, "neighbors")
+    _check_count(self.max_darts, "max_darts")
+    if self.schedule is not None and not callable(self.schedule):
+      raise TypeError(f"`schedule` must be a callable (h, n) -> pi or None; got {self.schedule!r}.")
+
+  def plan(self, *, batch_size, radius, categories, num_points):
+    counts = np.bincount(categories, minlength=self.neighbors + 1)
+    histogram = tf.constant(counts / counts.sum(), tf.float64)
+    schedule = self.schedule or _schedule.paper_schedule
+    first = np.asarray(schedule(histogram, tf.constant(0, tf.int64)))
+    if first.shape != (self.neighbors + 1,):
+      raise ValueError(
+          f"`schedule` must return neighbors + 1 = {self.neighbors + 1} probabilities; returned "
+          f"shape {first.shape} at n = 0.")
+    if not np.all(np.isfinite(first)) or np.any(first < 0) or not np.any(first * (counts > 0) > 0):
+      raise ValueError(
+          f"`schedule` returned {first.tolist()} at n = 0: it must be finite, non-negative and put "
+          "mass on a mingling value that occurs in the data.")
+    return _dart_throwing.DartPlan(
+        point_radius=np.full([num_points], radius),
+        category_pi=lambda step: schedule(histogram, step),
+        categories=categories, num_categories=self.neighbors + 1,
+        max_darts=_dart_budget(self.max_darts, batch_size))

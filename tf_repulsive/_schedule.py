@@ -1,0 +1,71 @@
+"""The annealing schedule of Anneal PDS (the paper's appendix): pi_n ∝ h^(1 / log(0.01 n + 1))."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+# A schedule maps (h, n) to the categorical distribution over mingling values used at step n.
+# h: float64 [K + 1] histogram of mingling values (sums to 1); n: int64 scalar global step.
+Schedule = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+
+
+def paper_schedule(h: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
+  """pi_n = normalise(h ** (1 / log(0.01 n + 1))), in TensorFlow ops (graph-safe).
+
+  The exponent grows without bound as n -> 0, so the n = 0 limit is the uniform distribution over
+  the most frequent mingling value(s). At n = 100 (e - 1) ≈ 172 the exponent is 1 and pi = h; later
+  the exponent falls towards 0 and pi flattens towards uniform over the values that occur.
+
+  Args:
+    h: `[K + 1]` float64 histogram of mingling values, non-negative, positive sum.
+    n: int64 scalar, the global step (>= 0).
+
+  Returns:
+    `[K + 1]` float64 tensor summing to 1, zero wherever h is zero.
+  """
+  h = tf.convert_to_tensor(h, tf.float64)
+  n = tf.cast(n, tf.float64)
+  log_h = tf.math.log(h)  # -inf where h == 0: those values keep probability 0.
+  exponent = 1.0 / tf.math.log1p(0.01 * tf.maximum(n, 1.0))
+  annealed = tf.nn.softmax(exponent * log_h)
+  is_mode = tf.cast(tf.equal(h, tf.reduce_max(h)), tf.float64)
+  limit = is_mode / tf.reduce_sum(is_mode)
+  return tf.where(n > 0.0, annealed, limit)
+
+
+def anneal_pi(h: np.ndarray, n: int) -> np.ndarray:
+  """The paper's annealed mingling distribution pi_n for histogram `h` at iteration `n`.
+
+  Args:
+    h: `[K + 1]` histogram (counts or frequencies) of mingling values; normalised here.
+    n: the iteration, an int >= 0.
+
+  Returns:
+    `[K + 1]` float64 numpy array summing to 1.
+
+  Raises:
+    ValueError: if `h` is not 1-D, has negative or non-finite entries or sums to zero, or `n` < 0.
+    TypeError: if `n` is not an int.
+  """
+  h = validate_histogram(h, "h")
+  if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+    raise TypeError(f"`n` must be an int (the iteration); got {n!r}.")
+  if n < 0:
+    raise ValueError(f"`n` must be >= 0; got {n}.")
+  return paper_schedule(tf.constant(h), tf.constant(n, tf.int64)).numpy()
+
+
+def validate_histogram(values, name: str) -> np.ndarray:
+  """Returns `values` as a normalised float64 distribution, or raises naming `name`."""
+  array = np.asarray(values, dtype=np.float64)
+  if array.ndim != 1 or array.size == 0:
+    raise ValueError(f"`{name}` must be a non-empty 1-D sequence; got shape {array.shape}.")
+  if not np.all(np.isfinite(array)) or np.any(array < 0):
+    raise ValueError(f"`{name}` must be finite and non-negative; got {array.tolist()}.")
+  total = array.sum()
+  if total <= 0:
+    raise ValueError(f"`{name}` must have a positive sum; got {array.tolist()}.")
+  return array / total

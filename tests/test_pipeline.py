@@ -188,3 +188,11 @@ def test_stats_count_fallback_batches(digits):
   assert stats_now.batches >= 5  # and any drawn ahead by the parallel map
   assert stats_now.fallback_batches == stats_now.batches
   assert stats_now.fallback_points == 9 * stats_now.batches
+
+
+def test_batch_indices_recomputes_what_the_pipeline_drew(digits):
+  sampler = tf_repulsive.EasyPDS()
+  for step, (_, _, index) in enumerate(_digits_batches(digits, sampler, count=40).as_numpy_iterator()):
+    np.testing.assert_array_equal(tf_repulsive.batch_indices(sampler, step), index)
+  with pytest.raises(ValueError, match="step"):
+    tf_repulsive.batch_indices(sampler, -1)

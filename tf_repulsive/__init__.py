@@ -8,6 +8,7 @@ Dense, Anneal PDS) and the annealing schedule, as a `tf.data` transformation.
 from tf_repulsive._callback import AnnealingCallback
 from tf_repulsive._mingling import mingling_index
 from tf_repulsive._pipeline import SamplingStats
+from tf_repulsive._pipeline import batch_indices
 from tf_repulsive._pipeline import repulsive_batch
 from tf_repulsive._pipeline import sampling_stats
 from tf_repulsive._samplers import AnnealPDS
@@ -31,6 +32,7 @@ __all__ = (
     "Uniform",
     "VanillaPDS",
     "anneal_pi",
+    "batch_indices",
     "mingling_index",
     "paper_schedule",
     "repulsive_batch",

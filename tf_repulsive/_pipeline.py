@@ -75,16 +75,19 @@ class PipelineRuntime:
     self.seed = seed
     self.steps_per_epoch = steps_per_epoch
     self.key = tf.constant([seed, _KEY_SALT], tf.int64)
-    self.categories = None if categories is None else tf.constant(categories, tf.int32)
+    self.categories = categories
     self.clock = tf.Variable(0, dtype=tf.int64, trainable=False, name="repulsive_step_clock")
     self._batches = tf.Variable(0, dtype=tf.int64, trainable=False)
     self._fallback_batches = tf.Variable(0, dtype=tf.int64, trainable=False)
     self._fallback_points = tf.Variable(0, dtype=tf.int64, trainable=False)
 
-  @tf.function(reduce_retracing=True)
-  def batch_indices(self, step: tf.Tensor) -> tf.Tensor:
+  def batch_indices(self, step: int) -> np.ndarray:
     """The `[k]` point indices of the batch drawn at global step `step` (pure; no counters)."""
-    return self.thrower.draw(self.key, tf.cast(step, tf.int64))[0]
+    return self._draw_indices(tf.constant(step, tf.int64)).numpy()
+
+  @tf.function
+  def _draw_indices(self, step: tf.Tensor) -> tf.Tensor:
+    return self.thrower.draw(self.key, step)[0]
 
   def pi(self, step: int) -> np.ndarray | None:
     """pi over mingling values at `step` for Dense / Anneal PDS, else None."""
@@ -97,8 +100,7 @@ class PipelineRuntime:
     """Fraction of the batch at `step` per mingling value, when mingling values are known."""
     if self.categories is None:
       return None
-    values = tf.gather(self.categories, self.batch_indices(tf.constant(step, tf.int64)))
-    counts = np.bincount(values.numpy(), minlength=self.num_categories)
+    counts = np.bincount(self.categories[self.batch_indices(step)], minlength=self.num_categories)
     return counts / counts.sum()
 
   def stats(self) -> SamplingStats:
@@ -171,6 +173,29 @@ def sampling_stats(sampler: _samplers.Sampler) -> SamplingStats:
     ValueError: if the sampler drives no pipeline.
   """
   return runtime_for(sampler).stats()
+
+
+def batch_indices(sampler: _samplers.Sampler, step: int) -> np.ndarray:
+  """The dataset indices of the batch `sampler`'s pipeline draws at global step `step`.
+
+  Batches are a pure function of (seed, step): this recomputes one without touching the pipeline,
+  e.g. to inspect what a training step saw or to collect many draws for diagnostics.
+
+  Args:
+    sampler: a sampler already passed to `repulsive_batch` and applied to a dataset.
+    step: the global step n (>= 0).
+
+  Returns:
+    `[batch_size]` int32 array of distinct indices into the input dataset, in acceptance order.
+
+  Raises:
+    ValueError: if the sampler drives no pipeline or `step` < 0.
+  """
+  if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+    raise TypeError(f"`step` must be an int; got {step!r}.")
+  if step < 0:
+    raise ValueError(f"`step` must be >= 0; got {step}.")
+  return runtime_for(sampler).batch_indices(step)
 
 
 def _call_like_map(fn: Callable[..., Any], element: Any) -> Any:

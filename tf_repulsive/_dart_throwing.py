@@ -67,14 +67,19 @@ class DartThrower:
     # Centering leaves distances unchanged and keeps Gram-based distances accurate in float32.
     centered = features.astype(np.float64) - features.astype(np.float64).mean(axis=0)
     self._features = tf.constant(centered.astype(np.float32))
-    self._sq_norms = tf.constant(np.einsum("ij,ij->i", centered, centered).astype(np.float32))
-    # A rigorous bound on the float32 rounding error of |x|^2 + |y|^2 - 2 x.y relative to
-    # |x|^2 + |y|^2: pairs within it of the disk boundary count as conflicts, so every accepted
-    # pair is at least the radius apart in exact arithmetic.
-    self._tolerance = (dim + 4) * _FLOAT32_EPS
+    # A rigorous bound on the float32 rounding error of |x|^2 + |y|^2 - 2 x.y is
+    # tolerance * (|x|^2 + |y|^2). Shrinking the squared norms by it makes pairs within that error
+    # of the disk boundary count as conflicts, so accepted pairs are at least the radius apart in
+    # exact arithmetic; the same point is always "closer than" a positive radius.
+    tolerance = (dim + 4) * _FLOAT32_EPS
+    self._shrunk_sq_norms = tf.constant(
+        ((1.0 - tolerance) * np.einsum("ij,ij->i", centered, centered)).astype(np.float32))
     self._sq_distances = None
     if plan.point_radius is not None:
-      self._point_radius = tf.constant(plan.point_radius.astype(np.float32))
+      radius = plan.point_radius.astype(np.float32)
+      # One radius for all points (Vanilla, Dense, Anneal) needs no per-pair minimum.
+      self._uniform_radius = float(radius[0]) if np.all(radius == radius[0]) else None
+      self._point_radius = tf.constant(radius)
       if 4 * num_points * num_points <= distance_cache_bytes:
         self._sq_distances = tf.reshape(self._pairwise_sq_distances(), [-1])
     if plan.category_pi is not None:
@@ -85,17 +90,21 @@ class DartThrower:
       self._category_offsets = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))
     # The first block fills most of a batch when rejections are rare; smaller later blocks keep
     # the Gram work close to what the accepted set needs.
-    self._first_block = min(batch_size, plan.max_darts)
+    self._first_block = min(math.ceil(1.25 * batch_size), plan.max_darts)
     self._block = max(8, math.ceil(batch_size / 4))
     self._later_blocks = max(0, math.ceil((plan.max_darts - self._first_block) / self._block))
+    # Block size -> [size, size] bool, True where the column's dart comes before the row's.
+    self._earlier = {size: tf.constant(np.tri(size, k=-1, dtype=bool))
+                     for size in (self._first_block, self._block)}
 
   def _pairwise_sq_distances(self) -> tf.Tensor:
-    """`[N, N]` float32 squared distances, Gram-based like the on-the-fly test, by row blocks."""
+    """`[N, N]` shrunk squared distances, computed like the on-the-fly test, by row blocks."""
     blocks = []
     for start in range(0, self._num_points, _CACHE_ROW_BLOCK):
       rows = self._features[start:start + _CACHE_ROW_BLOCK]
       gram = tf.matmul(rows, self._features, transpose_b=True)
-      blocks.append(self._sq_norms[start:start + _CACHE_ROW_BLOCK, None] + self._sq_norms[None, :] - 2.0 * gram)
+      row_norms = self._shrunk_sq_norms[start:start + _CACHE_ROW_BLOCK, None]
+      blocks.append(row_norms + self._shrunk_sq_norms[None, :] - 2.0 * gram)
     return tf.concat(blocks, axis=0)
 
   def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -164,23 +173,24 @@ class DartThrower:
 
   def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
     """`[rows, cols]` bool: same point, or closer than the smaller of the two disk radii."""
-    same = tf.equal(rows[:, None], cols[None, :])
-    if self._plan.point_radius is None:
-      return same
-    row_sq = tf.gather(self._sq_norms, rows)[:, None]
-    col_sq = tf.gather(self._sq_norms, cols)[None, :]
+    if self._plan.point_radius is None or self._uniform_radius == 0.0:
+      return tf.equal(rows[:, None], cols[None, :])
     if self._sq_distances is None:
       row_x = tf.gather(self._features, rows)
       col_x = row_x if cols is rows else tf.gather(self._features, cols)
-      sq_dist = row_sq + col_sq - 2.0 * tf.matmul(row_x, col_x, transpose_b=True)
+      sq_dist = (tf.gather(self._shrunk_sq_norms, rows)[:, None]
+                 + tf.gather(self._shrunk_sq_norms, cols)[None, :]
+                 - 2.0 * tf.matmul(row_x, col_x, transpose_b=True))
     else:
       pairs = tf.cast(rows, tf.int64)[:, None] * self._num_points + tf.cast(cols, tf.int64)[None, :]
       sq_dist = tf.gather(self._sq_distances, pairs)
-    radius = tf.minimum(tf.gather(self._point_radius, rows)[:, None],
-                        tf.gather(self._point_radius, cols)[None, :])
-    sq_radius = tf.square(radius)
-    close = tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius + self._tolerance * (row_sq + col_sq))
-    return tf.logical_or(same, close)
+    if self._uniform_radius is not None:
+      return sq_dist < self._uniform_radius ** 2
+    # Per-point radii: radius 0 means no disk, so identity must be tested separately.
+    sq_radius = tf.square(tf.minimum(tf.gather(self._point_radius, rows)[:, None],
+                                     tf.gather(self._point_radius, cols)[None, :]))
+    close = tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius)
+    return tf.logical_or(tf.equal(rows[:, None], cols[None, :]), close)
 
   def _accept(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor,
               against_accepted: bool) -> tuple[tf.Tensor, tf.Tensor]:
@@ -192,8 +202,7 @@ class DartThrower:
       undecided = tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[None, :]), axis=1))
     else:
       undecided = tf.ones([size], tf.bool)
-    earlier = tf.range(size)[None, :] < tf.range(size)[:, None]
-    blocks = tf.logical_and(self._conflicts(darts, darts), earlier)
+    blocks = tf.logical_and(self._conflicts(darts, darts), self._earlier[size])
 
     # A dart is accepted once no earlier dart that blocks it can still be accepted, and rejected
     # once an earlier blocking dart is accepted. Each round settles at least the first undecided
@@ -215,8 +224,10 @@ class DartThrower:
     # The sequential loop stops at k accepted points: keep the first k - count in dart order.
     rank = tf.cumsum(tf.cast(taken, tf.int32))
     taken = tf.logical_and(taken, rank <= self._batch_size - count)
-    slots = tf.boolean_mask(count + rank - 1, taken)
-    accepted = tf.tensor_scatter_nd_update(accepted, slots[:, None], tf.boolean_mask(darts, taken))
+    # Darts not taken are written to a spare slot past the end, which is then dropped.
+    slots = tf.where(taken, count + rank - 1, self._batch_size)
+    accepted = tf.tensor_scatter_nd_update(
+        tf.concat([accepted, [0]], axis=0), slots[:, None], darts)[:self._batch_size]
     return accepted, count + tf.reduce_sum(tf.cast(taken, tf.int32))
 
   def _distinct_uniform(self, step_key: tf.Tensor, size: int | None = None) -> tf.Tensor:

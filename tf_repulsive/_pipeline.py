@@ -77,9 +77,8 @@ class PipelineRuntime:
     self.key = tf.constant([seed, _KEY_SALT], tf.int64)
     self.categories = categories
     self.clock = tf.Variable(0, dtype=tf.int64, trainable=False, name="repulsive_step_clock")
-    self._batches = tf.Variable(0, dtype=tf.int64, trainable=False)
-    self._fallback_batches = tf.Variable(0, dtype=tf.int64, trainable=False)
-    self._fallback_points = tf.Variable(0, dtype=tf.int64, trainable=False)
+    # Batches drawn, batches that needed the fallback fill, points the fill supplied.
+    self._counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False)
 
   def batch_indices(self, step: int) -> np.ndarray:
     """The `[k]` point indices of the batch drawn at global step `step` (pure; no counters)."""
@@ -104,10 +103,11 @@ class PipelineRuntime:
     return counts / counts.sum()
 
   def stats(self) -> SamplingStats:
+    batches, fallback_batches, fallback_points = self._counters.numpy().tolist()
     return SamplingStats(
-        batches=int(self._batches.numpy()),
-        fallback_batches=int(self._fallback_batches.numpy()),
-        fallback_points=int(self._fallback_points.numpy()),
+        batches=batches,
+        fallback_batches=fallback_batches,
+        fallback_points=fallback_points,
         next_epoch_step=int(self.clock.numpy()),
         radius=self.radius)
 
@@ -122,10 +122,8 @@ class PipelineRuntime:
     def draw_batch(step):
       indices, fallback = self.thrower.draw(self.key, step)
       fallback = tf.cast(fallback, tf.int64)
-      counted = tf.group(
-          self._batches.assign_add(1),
-          self._fallback_batches.assign_add(tf.cast(fallback > 0, tf.int64)),
-          self._fallback_points.assign_add(fallback))
+      counted = self._counters.assign_add(
+          tf.stack([tf.constant(1, tf.int64), tf.minimum(fallback, 1), fallback]))
       with tf.control_dependencies([counted]):
         return tf.nest.map_structure(lambda component: tf.gather(component, indices), elements)
 

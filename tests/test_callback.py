@@ -54,7 +54,8 @@ def _model():
   return model, fingerprint
 
 
-def _fit(digits, sampler, epochs, steps_per_epoch=None, seed=3, repeat=False, model=None):
+def _fit(digits, sampler, epochs, steps_per_epoch=None, seed=3, repeat=False, model=None,
+         log_batches=False):
   features, labels = digits
   model, fingerprint = model or _model()
   batches = tf.data.Dataset.from_tensor_slices((features, labels)).apply(
@@ -63,7 +64,7 @@ def _fit(digits, sampler, epochs, steps_per_epoch=None, seed=3, repeat=False, mo
     batches = batches.repeat()
   recorder = _Recorder(fingerprint)
   model.fit(batches, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0,
-            callbacks=[tf_repulsive.AnnealingCallback(sampler), recorder])
+            callbacks=[tf_repulsive.AnnealingCallback(sampler, log_batches=log_batches), recorder])
   return recorder
 
 
@@ -101,7 +102,7 @@ def test_anneal_starts_easy_then_follows_h(digits):
   values = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)
   h = np.bincount(values, minlength=6) / len(values)
   sampler = tf_repulsive.AnnealPDS()
-  recorder = _fit(digits, sampler, epochs=6)  # 36 steps per epoch: steps 0..215
+  recorder = _fit(digits, sampler, epochs=6, log_batches=True)  # 36 steps per epoch: steps 0..215
   composition = {step: np.array([logs[f"sampler_mingling_{m}"] for m in range(6)])
                  for step, logs in recorder.batch_logs}
   logged_pi = {step: np.array([logs[f"sampler_pi_{m}"] for m in range(6)])
@@ -114,8 +115,17 @@ def test_anneal_starts_easy_then_follows_h(digits):
   assert h[0] < 0.95
   total_variation = lambda p: 0.5 * np.abs(p - h).sum()
   assert total_variation(late) < 0.05 < total_variation(early)
-  assert "sampler_pi_0" in recorder.epoch_logs[-1] and "sampler_mingling_0" in recorder.epoch_logs[-1]
-  assert recorder.epoch_logs[-1]["sampler_fallback_batches"] == 0
+  last_epoch = recorder.epoch_logs[-1]
+  np.testing.assert_allclose([last_epoch[f"sampler_pi_{m}"] for m in range(6)], logged_pi[215])
+  np.testing.assert_allclose([last_epoch[f"sampler_mingling_{m}"] for m in range(6)],
+                             np.mean([composition[step] for step in range(180, 216)], axis=0))
+  assert last_epoch["sampler_fallback_batches"] == 0
+
+
+def test_batch_logs_are_opt_in(digits):
+  recorder = _fit(digits, tf_repulsive.AnnealPDS(), epochs=1)
+  assert not any("sampler_pi_0" in logs for _, logs in recorder.batch_logs)
+  assert "sampler_pi_0" in recorder.epoch_logs[0]
 
 
 def test_callback_needs_an_applied_sampler(digits):

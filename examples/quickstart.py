@@ -22,17 +22,11 @@ from sklearn import datasets as sk_datasets  # noqa: E402
 from sklearn import model_selection  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import common  # noqa: E402
 import tf_repulsive  # noqa: E402
 
-SAMPLERS = {
-    "uniform": tf_repulsive.Uniform,
-    "vanilla_pds": tf_repulsive.VanillaPDS,
-    "easy_pds": tf_repulsive.EasyPDS,
-    "dense_pds": lambda: tf_repulsive.DensePDS([0.5, 0.1, 0.1, 0.1, 0.1, 0.1]),
-    "anneal_pds": tf_repulsive.AnnealPDS,
-}
-
-_SAMPLERS = flags.DEFINE_list("samplers", list(SAMPLERS), f"Samplers to compare: {', '.join(SAMPLERS)}.")
+_SAMPLERS = flags.DEFINE_list(
+    "samplers", list(common.SAMPLER_NAMES), f"Samplers to compare: {', '.join(common.SAMPLER_NAMES)}.")
 _EPOCHS = flags.DEFINE_integer("epochs", 5, "Training epochs per sampler.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size k.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the model initialisation and the batch draws.")
@@ -54,7 +48,7 @@ def train_and_evaluate(sampler_name: str, epochs: int, batch_size: int, seed: in
   model.compile(optimizer=keras.optimizers.SGD(0.05),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"])
-  sampler = SAMPLERS[sampler_name]()
+  sampler = common.make_sampler(sampler_name)
   train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(
       tf_repulsive.repulsive_batch(batch_size, sampler, seed=seed))
   model.fit(train, epochs=epochs, verbose=verbose,
@@ -64,9 +58,9 @@ def train_and_evaluate(sampler_name: str, epochs: int, batch_size: int, seed: in
 
 def main(argv):
   del argv
-  unknown = set(_SAMPLERS.value) - set(SAMPLERS)
+  unknown = set(_SAMPLERS.value) - set(common.SAMPLER_NAMES)
   if unknown:
-    raise app.UsageError(f"--samplers: unknown {sorted(unknown)}; choose from {sorted(SAMPLERS)}.")
+    raise app.UsageError(f"--samplers: unknown {sorted(unknown)}; choose from {common.SAMPLER_NAMES}.")
   results = {}
   for name in _SAMPLERS.value:
     print(f"\n== {name} ==")

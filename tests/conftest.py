@@ -1,8 +1,12 @@
 """Shared fixtures. TensorFlow's C++ logging is silenced before it is imported."""
 
 import os
+import pathlib
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The example binaries are tested as modules: `import mnist_deep`, `from speech_commands import ...`.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

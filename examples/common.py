@@ -1,0 +1,105 @@
+"""Shared pieces of the example binaries: sampler choice and evaluation along training."""
+
+from __future__ import annotations
+
+import csv
+import pathlib
+from typing import Callable, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tf_repulsive
+
+# --sampler values. Dense PDS takes its pi from --dense_pi (default: uniform over mingling values).
+SAMPLER_NAMES = ("uniform", "vanilla_pds", "easy_pds", "dense_pds", "anneal_pds")
+
+
+def make_sampler(name: str, *, neighbors: int = 5, radius: float | None = None,
+                 dense_pi: Sequence[float] | None = None) -> tf_repulsive.Sampler:
+  """A new sampler instance for a --sampler name.
+
+  Args:
+    name: one of `SAMPLER_NAMES`.
+    neighbors: K of the mingling index (the paper's appendix uses 5).
+    radius: disk radius; None for half the median pairwise distance.
+    dense_pi: pi of Dense PDS over the K + 1 mingling values; None for uniform.
+
+  Returns:
+    The sampler.
+
+  Raises:
+    ValueError: for an unknown name.
+  """
+  factories: dict[str, Callable[[], tf_repulsive.Sampler]] = {
+      "uniform": tf_repulsive.Uniform,
+      "vanilla_pds": lambda: tf_repulsive.VanillaPDS(radius=radius),
+      "easy_pds": lambda: tf_repulsive.EasyPDS(radius=radius, neighbors=neighbors),
+      "dense_pds": lambda: tf_repulsive.DensePDS(
+          dense_pi if dense_pi is not None else [1.0] * (neighbors + 1), radius=radius,
+          neighbors=neighbors),
+      "anneal_pds": lambda: tf_repulsive.AnnealPDS(radius=radius, neighbors=neighbors),
+  }
+  if name not in factories:
+    raise ValueError(f"--sampler: unknown sampler {name!r}; choose from {', '.join(SAMPLER_NAMES)}.")
+  return factories[name]()
+
+
+class PeriodicEvaluation(keras.callbacks.Callback):
+  """Evaluates every `every_steps` optimizer steps; appends (step, metrics) to a CSV and TensorBoard.
+
+  Keeps the curve in `self.history` as a list of dicts with "step" and the model's metrics.
+  """
+
+  def __init__(self, data: tf.data.Dataset, every_steps: int, csv_path: str | pathlib.Path | None,
+               log_dir: str | pathlib.Path | None = None, prefix: str = "test"):
+    """Args:
+      data: batched evaluation dataset.
+      every_steps: evaluation interval in optimizer steps (also evaluated at the end of training).
+      csv_path: CSV file to write (header step,<prefix>_<metric>...), or None.
+      log_dir: TensorBoard directory for the scalars, or None.
+      prefix: name prefix of the logged metrics.
+    """
+    super().__init__()
+    self._data = data
+    self._every = every_steps
+    self._csv_path = None if csv_path is None else pathlib.Path(csv_path)
+    self._writer = None if log_dir is None else tf.summary.create_file_writer(str(log_dir))
+    self._prefix = prefix
+    self.history: list[dict[str, float]] = []
+
+  def _step(self) -> int:
+    return int(np.asarray(self.model.optimizer.iterations))
+
+  def _evaluate(self):
+    step = self._step()
+    if self.history and self.history[-1]["step"] == step:
+      return
+    results = self.model.evaluate(self._data, verbose=0, return_dict=True)
+    row = {"step": step, **{f"{self._prefix}_{name}": float(value) for name, value in results.items()}}
+    self.history.append(row)
+    if self._csv_path is not None:
+      self._csv_path.parent.mkdir(parents=True, exist_ok=True)
+      new_file = not self._csv_path.exists() or len(self.history) == 1
+      with self._csv_path.open("w" if new_file else "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(row))
+        if new_file:
+          writer.writeheader()
+        writer.writerow(row)
+    if self._writer is not None:
+      with self._writer.as_default(step=step):
+        for name, value in row.items():
+          if name != "step":
+            tf.summary.scalar(name, value)
+      self._writer.flush()
+
+  def on_train_begin(self, logs=None):
+    self._evaluate()
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self._step() % self._every == 0:
+      self._evaluate()
+
+  def on_train_end(self, logs=None):
+    self._evaluate()

@@ -28,7 +28,7 @@ setuptools.setup(
         "cpu": ["tensorflow-cpu>=2.16"],
         "gpu": ["tensorflow>=2.16"],
         "datasets": ["tensorflow-datasets>=4.9", "importlib_resources"],
-        "examples": ["tqdm>=4.60", "matplotlib>=3.7"],
+        "examples": ["tqdm>=4.60", "matplotlib>=3.7", "tensorboard>=2.16"],
         "test": ["pytest>=7"],
     },
     license="Apache-2.0",

@@ -64,6 +64,7 @@ class DartThrower:
     self._num_points = num_points
     self._batch_size = batch_size
     self._plan = plan
+    self.category_pi = plan.category_pi
     # Centering leaves distances unchanged and keeps Gram-based distances accurate in float32.
     centered = features.astype(np.float64) - features.astype(np.float64).mean(axis=0)
     self._features = tf.constant(centered.astype(np.float32))

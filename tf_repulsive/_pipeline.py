@@ -12,7 +12,6 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from tf_repulsive import _dart_throwing
 from tf_repulsive import _mingling
 from tf_repulsive import _radius
 from tf_repulsive import _samplers
@@ -65,11 +64,9 @@ class PipelineRuntime:
   and the iterations after it follow on.
   """
 
-  def __init__(self, thrower: _dart_throwing.DartThrower, plan: _dart_throwing.DartPlan,
-               categories: np.ndarray | None, num_categories: int, radius: float | None,
-               seed: int, steps_per_epoch: int):
-    self.thrower = thrower
-    self.plan = plan
+  def __init__(self, drawer: _samplers.BatchDrawer, categories: np.ndarray | None,
+               num_categories: int, radius: float | None, seed: int, steps_per_epoch: int):
+    self.drawer = drawer
     self.num_categories = num_categories
     self.radius = radius
     self.seed = seed
@@ -86,13 +83,13 @@ class PipelineRuntime:
 
   @tf.function
   def _draw_indices(self, step: tf.Tensor) -> tf.Tensor:
-    return self.thrower.draw(self.key, step)[0]
+    return self.drawer.draw(self.key, step)[0]
 
   def pi(self, step: int) -> np.ndarray | None:
     """pi over mingling values at `step` for Dense / Anneal PDS, else None."""
-    if self.plan.category_pi is None:
+    if self.drawer.category_pi is None:
       return None
-    pi = self.plan.category_pi(tf.constant(step, tf.int64))
+    pi = self.drawer.category_pi(tf.constant(step, tf.int64))
     return np.asarray(pi, dtype=np.float64) / float(np.sum(pi))
 
   def composition(self, step: int) -> np.ndarray | None:
@@ -120,7 +117,7 @@ class PipelineRuntime:
       return self.clock.read_value()
 
     def draw_batch(step):
-      indices, fallback = self.thrower.draw(self.key, step)
+      indices, fallback = self.drawer.draw(self.key, step)
       fallback = tf.cast(fallback, tf.int64)
       counted = self._counters.assign_add(
           tf.stack([tf.constant(1, tf.int64), tf.minimum(fallback, 1), fallback]))
@@ -371,11 +368,11 @@ def repulsive_batch(
       radius = sampler.radius
       if radius is None:
         radius = _radius.half_median_distance(data.features) if num_points > 1 else 0.0
-    plan = sampler.plan(batch_size=batch_size, radius=radius, categories=categories,
-                        num_points=num_points)
-    thrower = _dart_throwing.DartThrower(data.features, plan, batch_size, distance_cache_bytes)
+    drawer = sampler.build(_samplers.SamplingContext(
+        features=data.features, categories=categories, batch_size=batch_size, radius=radius,
+        distance_cache_bytes=distance_cache_bytes))
     runtime = PipelineRuntime(
-        thrower, plan, categories,
+        drawer, categories,
         num_categories=sampler.neighbors + 1 if sampler.needs_labels else 0, radius=radius,
         seed=seed, steps_per_epoch=math.ceil(num_points / batch_size))
     _RUNTIMES[sampler] = runtime

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -36,6 +36,35 @@ def _dart_budget(max_darts: int | None, batch_size: int) -> int:
   return max(16 * batch_size, 256) if max_darts is None else max_darts
 
 
+@dataclasses.dataclass(frozen=True)
+class SamplingContext:
+  """What a sampler is built against: the dataset's one-time preprocessing.
+
+  Attributes:
+    features: `[N, d]` float32 feature vectors.
+    categories: `[N]` mingling values 0..K for samplers that need labels, else None.
+    batch_size: k.
+    radius: the disk radius (configured or estimated) for samplers with disks, else None.
+    distance_cache_bytes: memory the sampler may spend on an N x N distance matrix.
+  """
+
+  features: np.ndarray
+  categories: np.ndarray | None
+  batch_size: int
+  radius: float | None
+  distance_cache_bytes: int
+
+
+class BatchDrawer(Protocol):
+  """Draws the indices of the batch of a global step: graph ops, pure in (key, step)."""
+
+  # pi over mingling values as a function of the step, for samplers that have one.
+  category_pi: _dart_throwing.CategoryPi | None
+
+  def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Returns `[k]` int32 distinct indices and the int32 count supplied by a fallback fill."""
+
+
 class Sampler:
   """Base of all samplers. Instances are frozen and compare by identity.
 
@@ -49,6 +78,20 @@ class Sampler:
   # Whether the sampler tests disks (and so needs a radius, estimated when None).
   has_disk: bool = False
 
+  def build(self, context: SamplingContext) -> BatchDrawer:
+    """Prepares this sampler's per-batch draw for a dataset (one-time preprocessing).
+
+    Args:
+      context: the dataset's features, mingling values, batch size and radius.
+
+    Returns:
+      The drawer the pipeline calls for every batch.
+    """
+    plan = self.plan(batch_size=context.batch_size, radius=context.radius,
+                     categories=context.categories, num_points=context.features.shape[0])
+    return _dart_throwing.DartThrower(context.features, plan, context.batch_size,
+                                      context.distance_cache_bytes)
+
   def plan(self, *, batch_size: int, radius: float | None, categories: np.ndarray | None,
            num_points: int) -> _dart_throwing.DartPlan:
     """Resolves this configuration against a dataset.
@@ -60,7 +103,7 @@ class Sampler:
       num_points: N.
 
     Returns:
-      The plan the dart thrower executes.
+      The plan the dart thrower executes (dart-throwing samplers; others override `build`).
     """
     raise NotImplementedError
 

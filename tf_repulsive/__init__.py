@@ -6,6 +6,8 @@ Dense, Anneal PDS) and the annealing schedule, as a `tf.data` transformation.
 """
 
 from tf_repulsive._callback import AnnealingCallback
+from tf_repulsive._kdpp import FastKDPP
+from tf_repulsive._kdpp import KDPP
 from tf_repulsive._mingling import mingling_index
 from tf_repulsive._pipeline import SamplingStats
 from tf_repulsive._pipeline import batch_indices
@@ -27,6 +29,8 @@ __all__ = (
     "AnnealingCallback",
     "DensePDS",
     "EasyPDS",
+    "FastKDPP",
+    "KDPP",
     "Sampler",
     "SamplingStats",
     "Uniform",

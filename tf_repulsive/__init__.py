@@ -5,6 +5,9 @@ Processes": Poisson disk sampling by dart throwing (Vanilla PDS), mingling-index
 Dense, Anneal PDS) and the annealing schedule, as a `tf.data` transformation.
 """
 
+from tf_repulsive._active_bias import ActiveBias
+from tf_repulsive._active_bias import ActiveBiasCallback
+from tf_repulsive._active_bias import ActiveBiasState
 from tf_repulsive._callback import AnnealingCallback
 from tf_repulsive._kdpp import FastKDPP
 from tf_repulsive._kdpp import KDPP
@@ -25,7 +28,9 @@ from tf_repulsive._schedule import paper_schedule
 __version__ = "0.1.0"
 
 __all__ = (
-    "AnnealPDS",
+    "ActiveBias",
+    "ActiveBiasCallback",
+    "ActiveBiasState",    "AnnealPDS",
     "AnnealingCallback",
     "DensePDS",
     "EasyPDS",

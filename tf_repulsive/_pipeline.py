@@ -64,9 +64,11 @@ class PipelineRuntime:
   and the iterations after it follow on.
   """
 
-  def __init__(self, drawer: _samplers.BatchDrawer, categories: np.ndarray | None,
-               num_categories: int, radius: float | None, seed: int, steps_per_epoch: int):
+  def __init__(self, drawer: _samplers.BatchDrawer, labels: np.ndarray | None,
+               categories: np.ndarray | None, num_categories: int, radius: float | None, seed: int,
+               steps_per_epoch: int):
     self.drawer = drawer
+    self.labels = labels
     self.num_categories = num_categories
     self.radius = radius
     self.seed = seed
@@ -111,6 +113,7 @@ class PipelineRuntime:
   def dataset(self, elements: Any) -> tf.data.Dataset:
     """The batch dataset: `steps_per_epoch` batches per iteration, each a gather of `elements`."""
     steps = self.steps_per_epoch
+    self.elements = elements
     elements = tf.nest.map_structure(tf.constant, elements)
 
     def epoch_start(_):
@@ -358,7 +361,7 @@ def repulsive_batch(
           f"`batch_size` = {batch_size} exceeds the dataset size N = {num_points}; a batch holds "
           "distinct elements.")
     categories = None
-    if sampler.needs_labels:
+    if sampler.uses_mingling:
       if not sampler.neighbors < num_points:
         raise ValueError(
             f"`neighbors` = {sampler.neighbors} must be < N = {num_points}; use fewer neighbours.")
@@ -369,11 +372,12 @@ def repulsive_batch(
       if radius is None:
         radius = _radius.half_median_distance(data.features) if num_points > 1 else 0.0
     drawer = sampler.build(_samplers.SamplingContext(
-        features=data.features, categories=categories, batch_size=batch_size, radius=radius,
+        features=data.features, labels=data.labels, categories=categories, batch_size=batch_size,
+        radius=radius,
         distance_cache_bytes=distance_cache_bytes))
     runtime = PipelineRuntime(
-        drawer, categories,
-        num_categories=sampler.neighbors + 1 if sampler.needs_labels else 0, radius=radius,
+        drawer, data.labels, categories,
+        num_categories=sampler.neighbors + 1 if sampler.uses_mingling else 0, radius=radius,
         seed=seed, steps_per_epoch=math.ceil(num_points / batch_size))
     _RUNTIMES[sampler] = runtime
     return runtime.dataset(data.elements)

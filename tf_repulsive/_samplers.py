@@ -42,6 +42,7 @@ class SamplingContext:
 
   Attributes:
     features: `[N, d]` float32 feature vectors.
+    labels: `[N]` int64 class labels for samplers that need them, else None.
     categories: `[N]` mingling values 0..K for samplers that need labels, else None.
     batch_size: k.
     radius: the disk radius (configured or estimated) for samplers with disks, else None.
@@ -49,6 +50,7 @@ class SamplingContext:
   """
 
   features: np.ndarray
+  labels: np.ndarray | None
   categories: np.ndarray | None
   batch_size: int
   radius: float | None
@@ -73,8 +75,9 @@ class Sampler:
   `sampling_stats`).
   """
 
-  # Whether the sampler needs class labels (for mingling indices).
+  # Whether the sampler needs class labels; mingling samplers also have `neighbors` (K).
   needs_labels: bool = False
+  uses_mingling: bool = False
   # Whether the sampler tests disks (and so needs a radius, estimated when None).
   has_disk: bool = False
 
@@ -161,6 +164,7 @@ class EasyPDS(Sampler):
   neighbors: int = 5
   max_darts: int | None = None
   needs_labels = True
+  uses_mingling = True
   has_disk = True
 
   def __post_init__(self):
@@ -195,6 +199,7 @@ class DensePDS(Sampler):
   neighbors: int = 5
   max_darts: int | None = None
   needs_labels = True
+  uses_mingling = True
   has_disk = True
 
   def __post_init__(self):
@@ -242,6 +247,7 @@ class AnnealPDS(Sampler):
   schedule: _schedule.Schedule | None = None
   max_darts: int | None = None
   needs_labels = True
+  uses_mingling = True
   has_disk = True
 
   def __post_init__(self):

@@ -1,0 +1,91 @@
+"""ActiveBias: weights against a hand computation, draws against the weights, fit integration."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy import stats
+
+import tf_repulsive
+from tf_repulsive import _active_bias
+
+
+def test_weights_match_a_hand_computation():
+  history = np.array([[0.2, 0.5, 0.8], [0.9, 0.9, 0.9], [0.1, 0.3, 0.2]])
+  weights = _active_bias.prediction_variance_weights(
+      np.full(3, 3.0), history.sum(1), (history**2).sum(1), smoothness=0.2)
+  for row, weight in zip(history, weights):
+    variance = np.var(row, ddof=1)
+    assert weight == pytest.approx(np.sqrt(variance + variance**2 / 2) + 0.2)
+  assert weights[1] == pytest.approx(0.2)  # a constant prediction has no variance
+
+
+def _pipeline(size=60, batch_size=1, seed=0):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(size, 4)).astype(np.float32)
+  y = rng.integers(0, 3, size).astype(np.int64)
+  sampler = tf_repulsive.ActiveBias()
+  batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(
+      tf_repulsive.repulsive_batch(batch_size, sampler, seed=seed))
+  return sampler, batches, x, y
+
+
+def test_single_draws_follow_the_weights():
+  sampler, _, _, _ = _pipeline(size=8)
+  state = tf_repulsive._pipeline.runtime_for(sampler).drawer.state
+  weights = np.array([1, 2, 3, 4, 1, 2, 3, 4], np.float64)
+  state.weights.assign(weights)
+  counts = np.bincount([tf_repulsive.batch_indices(sampler, n)[0] for n in range(3000)], minlength=8)
+  assert stats.chisquare(counts, 3000 * weights / weights.sum()).pvalue > 1e-3
+  assert stats.chisquare(counts).pvalue < 1e-6  # not uniform
+
+
+def test_batches_are_distinct_and_favour_heavy_examples():
+  sampler, _, _, _ = _pipeline(size=60, batch_size=10)
+  state = tf_repulsive._pipeline.runtime_for(sampler).drawer.state
+  state.weights.assign(np.where(np.arange(60) < 10, 50.0, 1.0))
+  for step in range(20):
+    indices = tf_repulsive.batch_indices(sampler, step)
+    assert len(set(indices.tolist())) == 10
+    assert np.sum(indices < 10) >= 5
+
+
+def test_fit_learns_weights_after_warmup_and_state_checkpoints(digits, tmp_path):
+  features, labels = digits
+  sampler = tf_repulsive.ActiveBias(warmup_epochs=2)
+  batches = tf.data.Dataset.from_tensor_slices((features, labels)).apply(
+      tf_repulsive.repulsive_batch(100, sampler, seed=1))
+  model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+  model.compile(optimizer=keras.optimizers.SGD(0.1),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  callback = tf_repulsive.ActiveBiasCallback(sampler)
+  weights_by_epoch = []
+  record = keras.callbacks.LambdaCallback(
+      on_epoch_end=lambda epoch, logs: weights_by_epoch.append(callback.state.weights.numpy().copy()))
+  model.fit(batches, epochs=3, verbose=0, callbacks=[callback, record])
+  np.testing.assert_array_equal(callback.state.count.numpy(), 3.0)
+  np.testing.assert_array_equal(weights_by_epoch[0], 1.0)  # warm-up: uniform
+  assert weights_by_epoch[2].std() > 0.01
+  path = tf.train.Checkpoint(active_bias=callback.state).write(str(tmp_path / "state"))
+  restored = _active_bias.ActiveBiasState(len(labels))
+  tf.train.Checkpoint(active_bias=restored).read(path).assert_consumed()
+  np.testing.assert_array_equal(restored.weights.numpy(), callback.state.weights.numpy())
+
+
+@pytest.mark.parametrize("kwargs,error", [
+    ({"smoothness": 0.0}, ValueError), ({"smoothness": "a"}, TypeError),
+    ({"warmup_epochs": 1}, ValueError), ({"warmup_epochs": 2.5}, TypeError)])
+def test_bad_configuration(kwargs, error):
+  with pytest.raises(error):
+    tf_repulsive.ActiveBias(**kwargs)
+
+
+def test_callback_needs_an_active_bias_sampler():
+  with pytest.raises(TypeError, match="ActiveBias"):
+    tf_repulsive.ActiveBiasCallback(tf_repulsive.Uniform())
+
+
+def test_labels_are_required():
+  data = tf.data.Dataset.from_tensor_slices(np.zeros((20, 3), np.float32))
+  with pytest.raises(ValueError, match="labels"):
+    data.apply(tf_repulsive.repulsive_batch(4, tf_repulsive.ActiveBias()))

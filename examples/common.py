@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import csv
 import pathlib
-from typing import Callable, Sequence
+import sys
+from typing import Any, Callable, Sequence
 
+from absl import app
+from absl import flags
 import keras
 import numpy as np
 import tensorflow as tf
@@ -14,6 +17,27 @@ import tf_repulsive
 
 # --sampler values. Dense PDS takes its pi from --dense_pi (default: uniform over mingling values).
 SAMPLER_NAMES = ("uniform", "vanilla_pds", "easy_pds", "dense_pds", "anneal_pds")
+# The paper's baselines, also accepted by --sampler.
+BASELINE_NAMES = ("kdpp", "fast_kdpp", "active_bias")
+ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES
+
+
+def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues) -> None:
+  """`app.run` for a binary whose flags live in its own `FlagValues`.
+
+  Each example keeps its flags out of absl's global registry so that several examples can be
+  imported into one process (the test suite) without duplicate-flag errors.
+  """
+
+  def parse(argv: list[str]) -> list[str]:
+    try:
+      # The binary's own flags first; absl's global ones (--verbosity, --helpfull ...) get the
+      # rest and reject anything unknown.
+      return flags.FLAGS(flag_values(argv, known_only=True))
+    except flags.Error as error:
+      sys.exit(f"FATAL Flags parsing error: {error}")
+
+  app.run(main, flags_parser=parse)
 
 
 def make_sampler(name: str, *, neighbors: int = 5, radius: float | None = None,
@@ -21,7 +45,7 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | None = None,
   """A new sampler instance for a --sampler name.
 
   Args:
-    name: one of `SAMPLER_NAMES`.
+    name: one of `ALL_SAMPLER_NAMES`.
     neighbors: K of the mingling index (the paper's appendix uses 5).
     radius: disk radius; None for half the median pairwise distance.
     dense_pi: pi of Dense PDS over the K + 1 mingling values; None for uniform.
@@ -40,10 +64,21 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | None = None,
           dense_pi if dense_pi is not None else [1.0] * (neighbors + 1), radius=radius,
           neighbors=neighbors),
       "anneal_pds": lambda: tf_repulsive.AnnealPDS(radius=radius, neighbors=neighbors),
+      "kdpp": tf_repulsive.KDPP,
+      "fast_kdpp": tf_repulsive.FastKDPP,
+      "active_bias": tf_repulsive.ActiveBias,
   }
   if name not in factories:
-    raise ValueError(f"--sampler: unknown sampler {name!r}; choose from {', '.join(SAMPLER_NAMES)}.")
+    raise ValueError(f"--sampler: unknown sampler {name!r}; choose from {', '.join(ALL_SAMPLER_NAMES)}.")
   return factories[name]()
+
+
+def sampler_callbacks(sampler: tf_repulsive.Sampler) -> list[keras.callbacks.Callback]:
+  """The callbacks `fit` needs for `sampler`: the step clock and logs, and ActiveBias' history."""
+  callbacks = [tf_repulsive.AnnealingCallback(sampler)]
+  if isinstance(sampler, tf_repulsive.ActiveBias):
+    callbacks.append(tf_repulsive.ActiveBiasCallback(sampler))
+  return callbacks
 
 
 class PeriodicEvaluation(keras.callbacks.Callback):

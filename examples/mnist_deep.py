@@ -36,18 +36,19 @@ import tensorflow as tf  # noqa: E402
 import common  # noqa: E402
 import tf_repulsive  # noqa: E402
 
-_DATASET = flags.DEFINE_enum("dataset", "digits", ["digits", "mnist"], "Training data.")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "tensorflow-datasets data_dir for --dataset=mnist.")
-_TRAIN_FRACTION = flags.DEFINE_float("train_fraction", 0.5, "Fraction of the training split used (paper: half).")
-_SAMPLER = flags.DEFINE_enum("sampler", "uniform", list(common.SAMPLER_NAMES), "Mini-batch sampler.")
-_DENSE_PI = flags.DEFINE_list("dense_pi", None, "pi of dense_pds over mingling values 0..K (default uniform).")
-_NEIGHBORS = flags.DEFINE_integer("neighbors", 5, "K of the mingling index.")
-_STEPS = flags.DEFINE_integer("steps", 20000, "Training steps.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size.")
-_LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-4, "Adam learning rate.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", 100, "Evaluate the test error every this many steps.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the initialisation, dropout and the batch draws.")
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/mnist_deep", "Where logs, CSV and plot go.")
+FLAGS = flags.FlagValues()
+_DATASET = flags.DEFINE_enum("dataset", "digits", ["digits", "mnist"], "Training data.", flag_values=FLAGS)
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "tensorflow-datasets data_dir for --dataset=mnist.", flag_values=FLAGS)
+_TRAIN_FRACTION = flags.DEFINE_float("train_fraction", 0.5, "Fraction of the training split used (paper: half).", flag_values=FLAGS)
+_SAMPLER = flags.DEFINE_enum("sampler", "uniform", list(common.ALL_SAMPLER_NAMES), "Mini-batch sampler.", flag_values=FLAGS)
+_DENSE_PI = flags.DEFINE_list("dense_pi", None, "pi of dense_pds over mingling values 0..K (default uniform).", flag_values=FLAGS)
+_NEIGHBORS = flags.DEFINE_integer("neighbors", 5, "K of the mingling index.", flag_values=FLAGS)
+_STEPS = flags.DEFINE_integer("steps", 20000, "Training steps.", flag_values=FLAGS)
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size.", flag_values=FLAGS)
+_LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-4, "Adam learning rate.", flag_values=FLAGS)
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", 100, "Evaluate the test error every this many steps.", flag_values=FLAGS)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the initialisation, dropout and the batch draws.", flag_values=FLAGS)
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/mnist_deep", "Where logs, CSV and plot go.", flag_values=FLAGS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +157,7 @@ def train_and_evaluate(config: Config, verbose: int = 1) -> list[dict[str, float
   # One Keras "epoch" per evaluation interval: a progress bar per interval, epoch logs for TensorBoard.
   model.fit(train, steps_per_epoch=config.eval_every, epochs=math.ceil(config.steps / config.eval_every),
             verbose=verbose,
-            callbacks=[tf_repulsive.AnnealingCallback(sampler), evaluation,
+            callbacks=[*common.sampler_callbacks(sampler), evaluation,
                        keras.callbacks.TensorBoard(str(output_dir / "tensorboard"))])
   curve = [{**row, "test_error": 1.0 - row["test_accuracy"]} for row in evaluation.history]
   plot_curve(curve, output_dir / "eval.png", f"{config.dataset}, {config.sampler}, seed {config.seed}")
@@ -194,4 +195,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  common.run(main, FLAGS)

@@ -25,11 +25,13 @@ import tensorflow as tf  # noqa: E402
 import common  # noqa: E402
 import tf_repulsive  # noqa: E402
 
+FLAGS = flags.FlagValues()
 _SAMPLERS = flags.DEFINE_list(
-    "samplers", list(common.SAMPLER_NAMES), f"Samplers to compare: {', '.join(common.SAMPLER_NAMES)}.")
-_EPOCHS = flags.DEFINE_integer("epochs", 5, "Training epochs per sampler.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size k.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the model initialisation and the batch draws.")
+    "samplers", list(common.SAMPLER_NAMES), f"Samplers to compare: {', '.join(common.ALL_SAMPLER_NAMES)}.",
+    flag_values=FLAGS)
+_EPOCHS = flags.DEFINE_integer("epochs", 5, "Training epochs per sampler.", flag_values=FLAGS)
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size k.", flag_values=FLAGS)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the model initialisation and the batch draws.", flag_values=FLAGS)
 
 
 def train_and_evaluate(sampler_name: str, epochs: int, batch_size: int, seed: int, verbose: int = 1) -> float:
@@ -51,16 +53,15 @@ def train_and_evaluate(sampler_name: str, epochs: int, batch_size: int, seed: in
   sampler = common.make_sampler(sampler_name)
   train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(
       tf_repulsive.repulsive_batch(batch_size, sampler, seed=seed))
-  model.fit(train, epochs=epochs, verbose=verbose,
-            callbacks=[tf_repulsive.AnnealingCallback(sampler)])
+  model.fit(train, epochs=epochs, verbose=verbose, callbacks=common.sampler_callbacks(sampler))
   return float(model.evaluate(x_test, y_test, verbose=0)[1])
 
 
 def main(argv):
   del argv
-  unknown = set(_SAMPLERS.value) - set(common.SAMPLER_NAMES)
+  unknown = set(_SAMPLERS.value) - set(common.ALL_SAMPLER_NAMES)
   if unknown:
-    raise app.UsageError(f"--samplers: unknown {sorted(unknown)}; choose from {common.SAMPLER_NAMES}.")
+    raise app.UsageError(f"--samplers: unknown {sorted(unknown)}; choose from {common.ALL_SAMPLER_NAMES}.")
   results = {}
   for name in _SAMPLERS.value:
     print(f"\n== {name} ==")
@@ -71,4 +72,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  common.run(main, FLAGS)

@@ -3,7 +3,6 @@
 import csv
 import pathlib
 
-from absl import flags
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -52,13 +51,21 @@ def test_missing_mnist_fails_fast_with_instructions(tmp_path):
 @pytest.mark.parametrize("name", ["mnist_deep_smoke", "mnist_deep_digits", "mnist_deep_mnist"])
 def test_flagfiles_parse(name):
   try:
-    flags.FLAGS(["mnist_deep", f"--flagfile={CONFIGS / name}.flags", "--sampler=dense_pds"])
+    mnist_deep.FLAGS(["mnist_deep", f"--flagfile={CONFIGS / name}.flags", "--sampler=dense_pds"])
     config = mnist_deep.config_from_flags()
   finally:
-    flags.FLAGS.unparse_flags()
+    mnist_deep.FLAGS.unparse_flags()
   assert config.sampler == "dense_pds" and config.batch_size == 50
 
 
 def test_bad_config():
   with pytest.raises(ValueError, match="train_fraction"):
     mnist_deep.Config(train_fraction=0.0)
+
+
+@pytest.mark.parametrize("sampler", ["kdpp", "active_bias"])
+def test_baselines_run_through_the_example(tmp_path, sampler):
+  config = mnist_deep.Config(sampler=sampler, steps=30, eval_every=15, train_fraction=0.2,
+                             output_dir=str(tmp_path))
+  curve = mnist_deep.train_and_evaluate(config, verbose=0)
+  assert [row["step"] for row in curve] == [0, 15, 30]

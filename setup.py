@@ -30,6 +30,8 @@ setuptools.setup(
         "datasets": ["tensorflow-datasets>=4.9", "importlib_resources"],
         "examples": ["tqdm>=4.60", "matplotlib>=3.7", "tensorboard>=2.16"],
         "test": ["pytest>=7"],
+        # An outside exact k-DPP sampler for the Table 1 benchmark (examples/benchmark_table1.py).
+        "reference": ["dppy>=0.3"],
     },
     license="Apache-2.0",
 )

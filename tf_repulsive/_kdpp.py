@@ -159,50 +159,62 @@ class _ExchangeChainDrawer:
     self._swaps = swaps
     self._kernel = kernel
     self._bandwidth = bandwidth
-    self._features = tf.constant(features.astype(np.float64))
+    features = features.astype(np.float64)
+    self._features = tf.constant(features)
+    self._sq_norms = tf.constant(np.einsum("ij,ij->i", features, features))
 
-  def _kernel_between(self, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
-    row_x = tf.gather(self._features, rows)
-    col_x = tf.gather(self._features, cols)
-    gram = tf.matmul(row_x, col_x, transpose_b=True)
+  def _kernel_from_gram(self, gram: tf.Tensor, row_sq: tf.Tensor, col_sq: tf.Tensor) -> tf.Tensor:
     if self._kernel == "linear":
       return gram
-    sq_dist = (tf.reduce_sum(tf.square(row_x), 1)[:, None] + tf.reduce_sum(tf.square(col_x), 1)[None, :]
-               - 2.0 * gram)
-    return tf.exp(-tf.maximum(sq_dist, 0.0) / (2.0 * self._bandwidth**2))
-
-  def _inverse_block(self, members: tf.Tensor) -> tf.Tensor:
-    block = self._kernel_between(members, members) + _MCMC_RIDGE * tf.eye(self._k, dtype=tf.float64)
-    return tf.linalg.inv(block)
+    sq_dist = tf.maximum(row_sq + col_sq - 2.0 * gram, 0.0)
+    return tf.exp(-sq_dist / (2.0 * self._bandwidth**2))
 
   def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     step_key = tf.random.experimental.stateless_fold_in(key, step)
     members = tf.random.experimental.index_shuffle(
         tf.range(self._k), tf.random.experimental.stateless_fold_in(step_key, 0), self._num_points - 1)
+    member_x = tf.gather(self._features, members)
+    member_sq = tf.gather(self._sq_norms, members)
+    block = self._kernel_from_gram(tf.matmul(member_x, member_x, transpose_b=True),
+                                   member_sq[:, None], member_sq[None, :])
+    ridge = _MCMC_RIDGE * tf.eye(self._k, dtype=tf.float64)
 
     # Swapping member s for outsider t multiplies det(L_S) by c A_ss + (A u)_s^2, where A = L_S^-1,
-    # u = L_{S,t} and c = L_tt - u^T A u (bordering by t, then removing s).
-    def propose(proposal, members, inverse):
+    # u = L_{S,t} and c = L_tt - u^T A u (bordering by t, then removing s). The chain carries the
+    # members' features and kernel block, so a proposal costs O(k d + k^2) and an accepted swap
+    # one k x k inverse.
+    def propose(proposal, members, member_x, member_sq, block, inverse):
       proposal_key = tf.random.experimental.stateless_fold_in(step_key, tf.cast(proposal, tf.int64) + 1)
       draws = tf.random.stateless_uniform([3], proposal_key, dtype=tf.float64)
       slot = tf.minimum(tf.cast(draws[0] * self._k, tf.int32), self._k - 1)
       outsider = tf.minimum(tf.cast(draws[1] * self._num_points, tf.int32), self._num_points - 1)
-      coupling = self._kernel_between(members, outsider[None])[:, 0]
-      self_kernel = self._kernel_between(outsider[None], outsider[None])[0, 0] + _MCMC_RIDGE
+      outsider_x = self._features[outsider]
+      outsider_sq = self._sq_norms[outsider]
+      coupling = self._kernel_from_gram(tf.linalg.matvec(member_x, outsider_x), member_sq, outsider_sq)
+      self_kernel = self._kernel_from_gram(outsider_sq, outsider_sq, outsider_sq) + _MCMC_RIDGE
       projected = tf.linalg.matvec(inverse, coupling)
       schur = self_kernel - tf.tensordot(coupling, projected, 1)
       ratio = schur * inverse[slot, slot] + tf.square(projected[slot])
       is_outsider = tf.logical_not(tf.reduce_any(tf.equal(members, outsider)))
       accept = tf.logical_and(is_outsider, draws[2] < ratio)
-      swapped = tf.tensor_scatter_nd_update(members, [[slot]], [outsider])
-      members, inverse = tf.cond(accept, lambda: (swapped, self._inverse_block(swapped)),
-                                 lambda: (members, inverse))
-      return proposal + 1, members, inverse
 
-    _, members, _ = tf.while_loop(
+      def swap():
+        new_row = tf.tensor_scatter_nd_update(coupling, [[slot]], [self_kernel - _MCMC_RIDGE])
+        new_block = tf.tensor_scatter_nd_update(block, [[slot]], [new_row])
+        new_block = tf.transpose(tf.tensor_scatter_nd_update(tf.transpose(new_block), [[slot]], [new_row]))
+        return (tf.tensor_scatter_nd_update(members, [[slot]], [outsider]),
+                tf.tensor_scatter_nd_update(member_x, [[slot]], [outsider_x]),
+                tf.tensor_scatter_nd_update(member_sq, [[slot]], [outsider_sq]),
+                new_block, tf.linalg.inv(new_block + ridge))
+
+      return (proposal + 1, *tf.cond(accept, swap,
+                                     lambda: (members, member_x, member_sq, block, inverse)))
+
+    outputs = tf.while_loop(
         lambda proposal, *_: proposal < self._swaps, propose,
-        (tf.constant(0), members, self._inverse_block(members)), maximum_iterations=self._swaps)
-    return members, tf.constant(0, tf.int32)
+        (tf.constant(0), members, member_x, member_sq, block, tf.linalg.inv(block + ridge)),
+        maximum_iterations=self._swaps)
+    return outputs[1], tf.constant(0, tf.int32)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -147,8 +147,21 @@ class VanillaPDS(Sampler):
         num_categories=0, max_darts=_dart_budget(self.max_darts, batch_size))
 
 
+class _MinglingPDS(Sampler):
+  """What Easy, Dense and Anneal PDS share: labels, mingling values (K = `neighbors`), a disk."""
+
+  needs_labels = True
+  uses_mingling = True
+  has_disk = True
+
+  def _check_disk_and_mingling(self) -> None:
+    _check_radius(self.radius)
+    _check_count(self.neighbors, "neighbors")
+    _check_count(self.max_darts, "max_darts")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
-class EasyPDS(Sampler):
+class EasyPDS(_MinglingPDS):
   """Easy PDS: disk radius r0 for points of mingling index 0, none for the others.
 
   Only easy points (all K nearest neighbours share their label) repulse each other, so points
@@ -163,14 +176,9 @@ class EasyPDS(Sampler):
   radius: float | None = None
   neighbors: int = 5
   max_darts: int | None = None
-  needs_labels = True
-  uses_mingling = True
-  has_disk = True
 
   def __post_init__(self):
-    _check_radius(self.radius)
-    _check_count(self.neighbors, "neighbors")
-    _check_count(self.max_darts, "max_darts")
+    self._check_disk_and_mingling()
 
   def plan(self, *, batch_size, radius, categories, num_points):
     del num_points
@@ -180,7 +188,7 @@ class EasyPDS(Sampler):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class DensePDS(Sampler):
+class DensePDS(_MinglingPDS):
   """Dense PDS (the paper's Algorithm 1): darts drawn by mingling value, then the disk test.
 
   Each dart first draws a mingling value m ~ Cat(pi) over the K + 1 possible values (0, 1/K, ...,
@@ -198,14 +206,9 @@ class DensePDS(Sampler):
   radius: float | None = None
   neighbors: int = 5
   max_darts: int | None = None
-  needs_labels = True
-  uses_mingling = True
-  has_disk = True
 
   def __post_init__(self):
-    _check_radius(self.radius)
-    _check_count(self.neighbors, "neighbors")
-    _check_count(self.max_darts, "max_darts")
+    self._check_disk_and_mingling()
     pi = _schedule.validate_histogram(self.pi, "pi")
     if pi.size != self.neighbors + 1:
       raise ValueError(
@@ -227,7 +230,7 @@ class DensePDS(Sampler):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class AnnealPDS(Sampler):
+class AnnealPDS(_MinglingPDS):
   """Anneal PDS: Dense PDS whose pi_n follows a schedule over the global step n.
 
   The default schedule is the paper's: pi_n ∝ h^(1/log(0.01 n + 1)) with h the empirical histogram
@@ -246,14 +249,9 @@ class AnnealPDS(Sampler):
   neighbors: int = 5
   schedule: _schedule.Schedule | None = None
   max_darts: int | None = None
-  needs_labels = True
-  uses_mingling = True
-  has_disk = True
 
   def __post_init__(self):
-    _check_radius(self.radius)
-    _check_count(self.neighbors, "neighbors")
-    _check_count(self.max_darts, "max_darts")
+    self._check_disk_and_mingling()
     if self.schedule is not None and not callable(self.schedule):
       raise TypeError(f"`schedule` must be a callable (h, n) -> pi or None; got {self.schedule!r}.")
 

@@ -64,14 +64,14 @@ class PipelineRuntime:
   and the iterations after it follow on.
   """
 
-  def __init__(self, drawer: _samplers.BatchDrawer, labels: np.ndarray | None,
+  def __init__(self, drawer: _samplers.BatchDrawer, elements: Any, labels: np.ndarray | None,
                categories: np.ndarray | None, num_categories: int, radius: float | None, seed: int,
                steps_per_epoch: int):
     self.drawer = drawer
+    self.elements = elements  # the materialised input: nested numpy arrays, leading dimension N
     self.labels = labels
     self.num_categories = num_categories
     self.radius = radius
-    self.seed = seed
     self.steps_per_epoch = steps_per_epoch
     self.key = tf.constant([seed, _KEY_SALT], tf.int64)
     self.categories = categories
@@ -110,11 +110,10 @@ class PipelineRuntime:
         next_epoch_step=int(self.clock.numpy()),
         radius=self.radius)
 
-  def dataset(self, elements: Any) -> tf.data.Dataset:
-    """The batch dataset: `steps_per_epoch` batches per iteration, each a gather of `elements`."""
+  def dataset(self) -> tf.data.Dataset:
+    """The batch dataset: `steps_per_epoch` batches per iteration, each a gather of the elements."""
     steps = self.steps_per_epoch
-    self.elements = elements
-    elements = tf.nest.map_structure(tf.constant, elements)
+    elements = tf.nest.map_structure(tf.constant, self.elements)
 
     def epoch_start(_):
       return self.clock.read_value()
@@ -376,10 +375,10 @@ def repulsive_batch(
         radius=radius,
         distance_cache_bytes=distance_cache_bytes))
     runtime = PipelineRuntime(
-        drawer, data.labels, categories,
+        drawer, data.elements, data.labels, categories,
         num_categories=sampler.neighbors + 1 if sampler.uses_mingling else 0, radius=radius,
         seed=seed, steps_per_epoch=math.ceil(num_points / batch_size))
     _RUNTIMES[sampler] = runtime
-    return runtime.dataset(data.elements)
+    return runtime.dataset()
 
   return _apply_fn

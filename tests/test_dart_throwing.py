@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from scipy import stats
 
 from tf_repulsive import _dart_throwing
 
@@ -105,3 +106,15 @@ def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension():
       indices = thrower.draw(KEY, tf.constant(step, tf.int64))[0].numpy()
       chosen = distances[np.ix_(indices, indices)] + np.diag(np.full(30, np.inf))
       assert chosen.min() >= radius
+
+
+def test_fallback_fill_is_uniform_over_the_points_not_yet_taken():
+  points = _grid(4)  # 16 points
+  # Two darts for a batch of 8: the fill supplies at least 6 points of every batch.
+  thrower = _dart_throwing.DartThrower(points, _plan(None, 2), 8)
+  counts = np.zeros(16)
+  for step in range(800):
+    indices, fallback = thrower.draw(KEY, tf.constant(step, tf.int64))
+    assert int(fallback) >= 6 and len(set(indices.numpy().tolist())) == 8
+    counts += np.bincount(indices.numpy(), minlength=16)
+  assert stats.chisquare(counts).pvalue > 1e-3

@@ -196,3 +196,21 @@ def test_batch_indices_recomputes_what_the_pipeline_drew(digits):
     np.testing.assert_array_equal(tf_repulsive.batch_indices(sampler, step), index)
   with pytest.raises(ValueError, match="step"):
     tf_repulsive.batch_indices(sampler, -1)
+
+
+@pytest.mark.parametrize("make_sampler", [tf_repulsive.Uniform, tf_repulsive.VanillaPDS])
+def test_batches_do_not_repeat_over_many_steps(digits, make_sampler):
+  # TF's index_shuffle uses only 8 bits of each seed word: a sampler built on it repeats every 256 steps.
+  sampler = make_sampler()
+  _digits_batches(digits, sampler, batch_size=20)
+  draws = {tuple(sorted(tf_repulsive.batch_indices(sampler, step).tolist())) for step in range(600)}
+  assert len(draws) == 600
+
+
+def test_uniform_inclusion_is_uniform():
+  for size, batch_size, max_batches in ((40, 8, 600), (12, 11, 600)):
+    sampler = tf_repulsive.Uniform()
+    tf.data.Dataset.range(size).apply(tf_repulsive.repulsive_batch(batch_size, sampler, seed=3))
+    counts = np.bincount(np.concatenate([tf_repulsive.batch_indices(sampler, n) for n in range(max_batches)]),
+                         minlength=size)
+    assert stats.chisquare(counts).pvalue > 1e-3

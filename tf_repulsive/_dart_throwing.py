@@ -120,8 +120,6 @@ class DartThrower:
       how many of them the fallback fill supplied because the dart budget ran out.
     """
     step_key = tf.random.experimental.stateless_fold_in(key, step)
-    if self._plan.point_radius is None and self._plan.category_pi is None:
-      return self._distinct_uniform(step_key), tf.constant(0, tf.int32)
     log_pi = None
     if self._plan.category_pi is not None:
       log_pi = self._effective_log_pi(step)
@@ -231,21 +229,20 @@ class DartThrower:
         tf.concat([accepted, [0]], axis=0), slots[:, None], darts)[:self._batch_size]
     return accepted, count + tf.reduce_sum(tf.cast(taken, tf.int32))
 
-  def _distinct_uniform(self, step_key: tf.Tensor, size: int | None = None) -> tf.Tensor:
-    """The first `size` (default k) entries of a stateless uniform permutation of the points."""
-    size = self._batch_size if size is None else size
-    return tf.random.experimental.index_shuffle(tf.range(size), step_key, self._num_points - 1)
-
   def _fill_uniformly(self, step_key: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
     """Completes a batch the darts could not fill with distinct points uniformly at random.
 
-    Deterministic in the key: the first points of a stateless permutation that are not in the
-    batch yet. Among min(N, 2k) permuted points at most count < k are taken, so enough remain.
+    Deterministic in the key: the points with the largest stateless uniform scores among those
+    not in the batch yet. O(N), but only for batches whose dart budget ran out. (TensorFlow's
+    `index_shuffle` would be O(k), but in TF 2.21 it uses only the low 8 bits of each seed word,
+    so its permutations repeat every 256 steps.)
     """
     fill_key = tf.random.experimental.stateless_fold_in(step_key, 0)
-    candidates = self._distinct_uniform(fill_key, min(self._num_points, 2 * self._batch_size))
+    scores = tf.random.stateless_uniform([self._num_points], fill_key)
     occupied = tf.range(self._batch_size) < count
-    in_batch = tf.reduce_any(
-        tf.logical_and(tf.equal(candidates[:, None], accepted[None, :]), occupied[None, :]), axis=1)
-    fresh = tf.boolean_mask(candidates, tf.logical_not(in_batch))
+    # Points already in the batch score -1 and sink below every fresh point.
+    taken = tf.where(occupied, accepted, self._num_points)
+    scores = tf.tensor_scatter_nd_update(tf.concat([scores, [0.0]], 0), taken[:, None],
+                                         tf.fill([self._batch_size], -1.0))[:self._num_points]
+    fresh = tf.math.top_k(scores, self._batch_size).indices
     return tf.where(occupied, accepted, tf.gather(fresh, tf.maximum(tf.range(self._batch_size) - count, 0)))

@@ -171,8 +171,10 @@ class _ExchangeChainDrawer:
 
   def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     step_key = tf.random.experimental.stateless_fold_in(key, step)
-    members = tf.random.experimental.index_shuffle(
-        tf.range(self._k), tf.random.experimental.stateless_fold_in(step_key, 0), self._num_points - 1)
+    # The start: k distinct points uniformly at random (top-k of uniform scores).
+    start_scores = tf.random.stateless_uniform(
+        [self._num_points], tf.random.experimental.stateless_fold_in(step_key, 0))
+    members = tf.math.top_k(start_scores, self._k).indices
     member_x = tf.gather(self._features, members)
     member_sq = tf.gather(self._sq_norms, members)
     block = self._kernel_from_gram(tf.matmul(member_x, member_x, transpose_b=True),

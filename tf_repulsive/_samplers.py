@@ -113,12 +113,17 @@ class Sampler:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Uniform(Sampler):
-  """Plain SGD: `batch_size` distinct points uniformly at random (no repulsion)."""
+  """Plain SGD: `batch_size` distinct points uniformly at random (no repulsion).
+
+  Dart throwing without disks: uniform darts, duplicates rejected, which is sampling without
+  replacement (O(k) per batch). If k is so close to N that the dart budget runs out, the fill
+  completes the batch uniformly, so the batch stays a uniform random k-subset.
+  """
 
   def plan(self, *, batch_size, radius, categories, num_points):
-    del batch_size, radius, categories, num_points
+    del radius, categories, num_points
     return _dart_throwing.DartPlan(point_radius=None, category_pi=None, categories=None,
-                                   num_categories=0, max_darts=1)
+                                   num_categories=0, max_darts=_dart_budget(None, batch_size))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -5,6 +5,7 @@ Processes": Poisson disk sampling by dart throwing (Vanilla PDS), mingling-index
 Dense, Anneal PDS) and the annealing schedule, as a `tf.data` transformation.
 """
 
+from tf_repulsive import diagnostics
 from tf_repulsive._active_bias import ActiveBias
 from tf_repulsive._active_bias import ActiveBiasCallback
 from tf_repulsive._active_bias import ActiveBiasState
@@ -42,6 +43,7 @@ __all__ = (
     "VanillaPDS",
     "anneal_pi",
     "batch_indices",
+    "diagnostics",
     "mingling_index",
     "paper_schedule",
     "repulsive_batch",

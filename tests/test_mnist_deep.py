@@ -69,3 +69,18 @@ def test_baselines_run_through_the_example(tmp_path, sampler):
                              output_dir=str(tmp_path))
   curve = mnist_deep.train_and_evaluate(config, verbose=0)
   assert [row["step"] for row in curve] == [0, 15, 30]
+
+
+def test_sweep_summary_reports_mean_and_std_per_sampler():
+  import mnist_deep_sweep
+
+  def curve(errors):
+    return [{"step": step, "test_error": error} for step, error in zip((0, 100, 200), errors)]
+
+  table = mnist_deep_sweep.summarize(
+      {"uniform": [curve([0.9, 0.2, 0.1]), curve([0.9, 0.4, 0.3])],
+       "vanilla_pds": [curve([0.9, 0.1, 0.05]), curve([0.9, 0.1, 0.15])]}, [100])
+  lines = table.splitlines()
+  assert lines[0] == "| sampler | seeds | error @ 100 | error @ 200 | best-of-curve error |"
+  assert lines[2] == "| uniform | 2 | 30.00 ± 10.00 | 20.00 ± 10.00 | 20.00 ± 10.00 |"
+  assert lines[3] == "| vanilla_pds | 2 | 10.00 ± 0.00 | 10.00 ± 5.00 | 7.50 ± 2.50 |"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The speech experiment: every sampler with seeds 1..N (default 3), one run after another, on the
+# generated dataset (created by the first run if missing), then the summary table and plot.
+#   examples/speech_commands/run_experiment.sh [num_seeds]
+# Runs that already have results.json are skipped, so an interrupted experiment resumes.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SEEDS=${1:-3}
+PYTHON=${PYTHON:-.venv/bin/python}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+for seed in $(seq 1 "$SEEDS"); do
+  for sampler in uniform vanilla_pds easy_pds dense_pds anneal_pds; do
+    workdir=runs/speech_commands/${sampler}_seed${seed}
+    if [ -f "$workdir/results.json" ]; then
+      continue
+    fi
+    echo "$(date +%T) $sampler seed $seed"
+    mkdir -p "$workdir"
+    "$PYTHON" examples/speech_commands/train.py --flagfile=configs/speech_commands.flags \
+        --sampler="$sampler" --seed="$seed" --workdir="$workdir" --verbose=2 > "$workdir/train.log" 2>&1
+    tail -n 1 "$workdir/train.log"
+  done
+done
+"$PYTHON" examples/speech_commands/summarize.py --runs_dir=runs/speech_commands

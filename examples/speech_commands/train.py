@@ -1,0 +1,386 @@
+r"""Simple Audio Recognition (TF's speech_commands "conv" model) with repulsive mini-batches.
+
+The paper's speech experiment (section 5): TensorFlow's audio recognition tutorial with its
+standard settings, the mini-batches drawn by a repulsive point process on the 98 x 40 MFCC
+features instead of uniformly. Every flag default is the TF tutorial's; `--sampler` picks the
+mini-batch sampler.
+
+  python examples/speech_commands/generate_data.py --data_dir=runs/speech_commands/data
+  python examples/speech_commands/train.py --flagfile=configs/speech_commands.flags \
+      --sampler=vanilla_pds --seed=1
+
+Sampling meets augmentation. TF's training recipe augments every example every time it is drawn
+(time shift up to 100 ms, background noise in 80% of the examples, fresh noise for silence), so the
+features the network sees form no fixed point set; a point process, however, needs one: the disk
+radius, the distances and the mingling indices are properties of a finite dataset. This binary
+therefore separates *which* examples a batch holds from *how* they are presented:
+
+1. The point set is the training partition with its un-augmented audio: `repulsive_batch` reads
+   elements `(waveform, label)` once and measures distances (radius, disks, mingling indices) on
+   `feature_fn` = the MFCCs of the clean waveform. A silence entry is its fixed noise clip.
+2. A batch is one draw of the sampler: the clean waveforms and labels of the drawn examples.
+3. After sampling, per batch, in the tf.data pipeline and with graph ops only (stateless random
+   ops keyed by a per-batch seed stream): time shift and noise mixing as TF does, then the MFCCs of
+   the augmented audio, which the model trains on.
+
+So augmentation is TF's, unchanged, and the repulsion acts between clips. The alternatives are
+worse: sampling on augmented features would need a fixed set of pre-augmented copies (memory times
+the number of copies, and copies of one clip would repel each other), and dropping augmentation
+would change the recipe being compared against. The price: the clean MFCCs only approximate where
+an augmented example lies. Measured on the default generated dataset (every 5th training clip, one
+augmentation draw), the median distance between a clip's clean and augmented MFCCs is 122 (noise
+alone 63; shift alone 357, as zero-filled shifted-in audio hits the log floor), against a disk
+radius of 99 (half the median pairwise distance) and a median nearest-neighbour distance of 64: the
+batch's clips are spread out, the inputs of one step less strictly so.
+
+Differences from TF's train.py: Keras `fit` with a `PiecewiseConstantDecay` learning rate (each
+`how_many_training_steps` entry runs exactly that many steps at its rate); silence entries are
+fixed noise clips in every partition (see input_data.py); a uniform batch holds distinct examples
+(TF draws with replacement); the split comes from validation_list.txt / testing_list.txt when the
+dataset has them.
+
+Writes to --workdir: `validation_curve.csv` (step, validation loss and accuracy every
+--eval_step_interval steps), `validation_curve.png`, `tensorboard/` (train loss, accuracy,
+learning rate, the sampler's pi and mingling composition per interval; validation curve) and
+`results.json` (final validation and test accuracy, sizes, mingling histogram, wall time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+from typing import Sequence
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+if __package__ in (None, ""):
+  # Run as a script: make `examples/` importable (for `common` and this package).
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+import keras  # noqa: E402
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+from matplotlib import pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import common  # noqa: E402
+from speech_commands import input_data  # noqa: E402
+from speech_commands import models  # noqa: E402
+from speech_commands import synthesis  # noqa: E402
+import tf_repulsive  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """Training settings; the defaults are the TF tutorial's (tensorflow/examples/speech_commands)."""
+
+  data_dir: str = "/tmp/speech_dataset/"
+  generate: bool = False
+  wanted_words: tuple[str, ...] = synthesis.TARGET_WORDS
+  sample_rate: int = 16000
+  clip_duration_ms: int = 1000
+  window_size_ms: float = 30.0
+  window_stride_ms: float = 10.0
+  dct_coefficient_count: int = 40
+  silence_percentage: float = 10.0
+  unknown_percentage: float = 10.0
+  validation_percentage: float = 10.0
+  testing_percentage: float = 10.0
+  time_shift_ms: float = 100.0
+  background_frequency: float = 0.8
+  background_volume: float = 0.1
+  how_many_training_steps: tuple[int, ...] = (15000, 3000)
+  learning_rate: tuple[float, ...] = (0.001, 0.0001)
+  batch_size: int = 100
+  eval_step_interval: int = 400
+  sampler: str = "anneal_pds"
+  neighbors: int = 5
+  seed: int = 0
+
+  def __post_init__(self):
+    if len(self.how_many_training_steps) != len(self.learning_rate):
+      raise ValueError(
+          "--how_many_training_steps and --learning_rate must have equal lengths; got "
+          f"{len(self.how_many_training_steps)} and {len(self.learning_rate)}.")
+    if not self.how_many_training_steps or min(self.how_many_training_steps) < 1:
+      raise ValueError(f"--how_many_training_steps must be positive; got {self.how_many_training_steps}.")
+    if self.eval_step_interval < 1:
+      raise ValueError(f"--eval_step_interval must be >= 1; got {self.eval_step_interval}.")
+    if self.sampler not in common.SAMPLER_NAMES:
+      raise ValueError(f"--sampler: unknown {self.sampler!r}; choose from {', '.join(common.SAMPLER_NAMES)}.")
+
+  @property
+  def audio(self) -> input_data.AudioSettings:
+    return input_data.AudioSettings(
+        sample_rate=self.sample_rate, clip_duration_ms=self.clip_duration_ms,
+        window_size_ms=self.window_size_ms, window_stride_ms=self.window_stride_ms,
+        dct_coefficient_count=self.dct_coefficient_count)
+
+  @property
+  def total_steps(self) -> int:
+    return sum(self.how_many_training_steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """What one training run measured."""
+
+  validation_accuracy: float  # after the last step
+  test_accuracy: float
+  curve: list[dict[str, float]]  # step, validation_loss, validation_accuracy
+  steps: int
+  partition_sizes: dict[str, int]
+  mingling_histogram: list[float]  # share of training examples per mingling value 0..K
+  radius: float | None
+  fallback_batches: int
+  seconds: float
+
+
+# One flag per `Config` field (same name, TF's help texts), defaulting to the field's default.
+_DEFAULTS = Config()
+flags.DEFINE_string("data_dir", _DEFAULTS.data_dir, "Where the Speech Commands dataset is.")
+flags.DEFINE_boolean(
+    "generate", _DEFAULTS.generate,
+    "If --data_dir holds no wavs, first write the espeak-ng dataset there (generate_data.py's defaults).")
+flags.DEFINE_list("wanted_words", list(_DEFAULTS.wanted_words), "Words to recognise; others become _unknown_.")
+flags.DEFINE_integer("sample_rate", _DEFAULTS.sample_rate, "Expected sample rate of the wavs.")
+flags.DEFINE_integer("clip_duration_ms", _DEFAULTS.clip_duration_ms, "Expected duration in milliseconds of the wavs.")
+flags.DEFINE_float("window_size_ms", _DEFAULTS.window_size_ms, "How long each spectrogram timeslice is.")
+flags.DEFINE_float("window_stride_ms", _DEFAULTS.window_stride_ms,
+                   "How far to move in time between spectrogram timeslices.")
+flags.DEFINE_integer("dct_coefficient_count", _DEFAULTS.dct_coefficient_count,
+                     "How many MFCC coefficients (bins) per timeslice; at most 40, the mel channel count.")
+flags.DEFINE_alias("feature_bin_count", "dct_coefficient_count")  # TF's newer name
+flags.DEFINE_float("silence_percentage", _DEFAULTS.silence_percentage,
+                   "How much of the training data should be silence.")
+flags.DEFINE_float("unknown_percentage", _DEFAULTS.unknown_percentage,
+                   "How much of the training data should be unknown words.")
+flags.DEFINE_float("validation_percentage", _DEFAULTS.validation_percentage,
+                   "What percentage of wavs to use as a validation set (hash split; unused with list files).")
+flags.DEFINE_float("testing_percentage", _DEFAULTS.testing_percentage,
+                   "What percentage of wavs to use as a test set (hash split; unused with list files).")
+flags.DEFINE_float("time_shift_ms", _DEFAULTS.time_shift_ms, "Range to randomly shift the training audio by in time.")
+flags.DEFINE_float("background_frequency", _DEFAULTS.background_frequency,
+                   "How many of the training samples have background noise mixed in.")
+flags.DEFINE_float("background_volume", _DEFAULTS.background_volume,
+                   "How loud the background noise should be, between 0 and 1.")
+flags.DEFINE_list("how_many_training_steps", [str(steps) for steps in _DEFAULTS.how_many_training_steps],
+                  "How many training steps to run at each learning rate.")
+flags.DEFINE_list("learning_rate", [str(rate) for rate in _DEFAULTS.learning_rate],
+                  "Learning rate of each stage of --how_many_training_steps.")
+flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "How many items to train with at once.")
+flags.DEFINE_integer("eval_step_interval", _DEFAULTS.eval_step_interval, "How often to evaluate the training results.")
+flags.DEFINE_enum("sampler", _DEFAULTS.sampler, common.SAMPLER_NAMES, "Mini-batch sampler.")
+flags.DEFINE_integer("neighbors", _DEFAULTS.neighbors, "K of the mingling index.")
+flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of initialisation, dropout, batch draws and augmentation.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory; default runs/speech_commands/<sampler>_seed<seed>.")
+_VERBOSE = flags.DEFINE_integer("verbose", 1, "Keras verbosity: 1 progress bar, 2 a line per interval, 0 quiet.")
+
+
+def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Config:
+  """The `Config` that parsed flags describe.
+
+  Args:
+    flag_values: parsed flags holding this module's definitions.
+
+  Returns:
+    The config.
+
+  Raises:
+    ValueError: for inconsistent values (see `Config`).
+  """
+  values = {field.name: flag_values[field.name].value for field in dataclasses.fields(Config)}
+  values["wanted_words"] = tuple(values["wanted_words"])
+  values["how_many_training_steps"] = tuple(int(steps) for steps in values["how_many_training_steps"])
+  values["learning_rate"] = tuple(float(rate) for rate in values["learning_rate"])
+  return Config(**values)
+
+
+class _TrainingMetricsInEpochLogs(keras.callbacks.Callback):
+  """Puts the epoch's training loss and accuracy back into the epoch logs.
+
+  `PeriodicEvaluation` runs `model.evaluate` inside `fit`, which resets and refills the metric
+  objects `fit` also uses; at an epoch's end `fit` then reports the evaluation's values as the
+  training ones. Evaluations happen only at epoch ends here (epochs are --eval_step_interval
+  steps), so the last batch's logs, taken before the evaluation, hold the epoch's training means.
+  Must come before `PeriodicEvaluation` and the loggers in the callback list.
+  """
+
+  def __init__(self):
+    super().__init__()
+    self._last_batch_logs: dict[str, float] = {}
+
+  def on_train_batch_end(self, batch, logs=None):
+    self._last_batch_logs = dict(logs or {})
+
+  def on_epoch_end(self, epoch, logs=None):
+    if logs is not None:
+      logs.update(self._last_batch_logs)
+
+
+class _StopAtStep(keras.callbacks.Callback):
+  """Ends `fit` after `last_step` optimizer steps (the last epoch may be shorter than the rest)."""
+
+  def __init__(self, last_step: int):
+    super().__init__()
+    self._last_step = last_step
+
+  def on_train_batch_end(self, batch, logs=None):
+    if int(np.asarray(self.model.optimizer.iterations)) >= self._last_step:
+      self.model.stop_training = True
+
+
+def learning_rate_schedule(steps: Sequence[int],
+                           rates: Sequence[float]) -> float | keras.optimizers.schedules.LearningRateSchedule:
+  """`rates[i]` for exactly `steps[i]` optimizer steps, in order (the rates of TF's train loop)."""
+  if len(rates) == 1:
+    return float(rates[0])
+  # PiecewiseConstantDecay keeps values[i] while iterations <= boundaries[i]; iterations count
+  # from 0, so stage i ends at iteration cumsum(steps)[i] - 1.
+  boundaries = [int(end) - 1 for end in np.cumsum(steps)[:-1]]
+  return keras.optimizers.schedules.PiecewiseConstantDecay(boundaries, [float(rate) for rate in rates])
+
+
+def _features(waveforms: np.ndarray, settings: input_data.AudioSettings) -> np.ndarray:
+  return np.concatenate([input_data.mfcc(tf.constant(chunk), settings).numpy()
+                         for chunk in np.array_split(waveforms, max(1, math.ceil(len(waveforms) / 512)))])
+
+
+def _plot_curve(curve: list[dict[str, float]], path: pathlib.Path, title: str) -> None:
+  figure, axes = plt.subplots(figsize=(6, 4))
+  axes.plot([row["step"] for row in curve], [row["validation_accuracy"] for row in curve], marker=".")
+  axes.set_xlabel("training step")
+  axes.set_ylabel("validation accuracy")
+  axes.set_title(title)
+  axes.grid(alpha=0.3)
+  figure.tight_layout()
+  figure.savefig(path, dpi=120)
+  plt.close(figure)
+
+
+def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int = 1) -> Result:
+  """Trains the conv model with `config.sampler` mini-batches; evaluates along the way and at the end.
+
+  Args:
+    config: the settings.
+    workdir: output directory (created).
+    verbose: Keras verbosity of `fit`.
+
+  Returns:
+    The `Result`; also written to `workdir/results.json`.
+
+  Raises:
+    ValueError: for a dataset that does not match the settings (see `input_data`).
+    RuntimeError: with `config.generate` when espeak-ng or sox is missing.
+  """
+  start_time = time.time()
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  data_dir = pathlib.Path(config.data_dir)
+  if config.generate and not any(data_dir.glob("*/*.wav")):
+    logging.info("No wavs in %s: generating the espeak-ng dataset there.", data_dir)
+    synthesis.generate(data_dir)
+  settings = config.audio
+  index = input_data.prepare_data_index(
+      data_dir, config.wanted_words, config.silence_percentage, config.unknown_percentage,
+      config.validation_percentage, config.testing_percentage)
+  noise = input_data.load_background_noise(data_dir, settings.desired_samples)
+  partitions = {subset: input_data.load_partition(entries, noise, settings, subset)
+                for subset, entries in index.partitions.items()}
+  sizes = {subset: len(labels) for subset, (_, labels) in partitions.items()}
+  empty = [subset for subset in ("validation", "testing") if not sizes[subset]]
+  if empty:
+    raise ValueError(f"the {' and '.join(empty)} partition of {data_dir} is empty; add speakers or "
+                     "raise --validation_percentage / --testing_percentage.")
+  logging.info("Labels %s; split from %s; partition sizes %s.", index.words_list, index.split_source, sizes)
+
+  keras.utils.set_random_seed(config.seed)
+  train_waveforms, train_labels = partitions["training"]
+  sampler = common.make_sampler(config.sampler, neighbors=config.neighbors)
+  batches = tf.data.Dataset.from_tensor_slices((train_waveforms, train_labels)).apply(
+      tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed,
+                                   feature_fn=lambda waveform, label: input_data.mfcc(waveform, settings)))
+  time_shift_samples = int(config.sample_rate * config.time_shift_ms / 1000)
+
+  def augment_and_featurize(batch, seed):
+    waveforms, labels = batch
+    augmented = input_data.augment(waveforms, labels, seed, noise, time_shift_samples,
+                                   config.background_frequency, config.background_volume)
+    return input_data.mfcc(augmented, settings), labels
+
+  # A seed pair per batch for the augmentation, from its own stream so that it does not depend
+  # on the sampler: every sampler sees the same augmentation randomness at step n.
+  augmentation_seeds = tf.data.Dataset.random(seed=config.seed).batch(2)
+  train = (tf.data.Dataset.zip(batches.repeat(), augmentation_seeds)
+           .map(augment_and_featurize, num_parallel_calls=tf.data.AUTOTUNE)
+           .prefetch(tf.data.AUTOTUNE))
+
+  def evaluation_data(subset: str) -> tf.data.Dataset:
+    waveforms, labels = partitions[subset]
+    return tf.data.Dataset.from_tensor_slices((_features(waveforms, settings), labels)).batch(config.batch_size)
+
+  model = models.create_conv_model(settings.feature_shape, len(index.words_list))
+  model.compile(
+      optimizer=keras.optimizers.SGD(learning_rate_schedule(config.how_many_training_steps, config.learning_rate)),
+      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      metrics=["accuracy"])
+  validation = common.PeriodicEvaluation(
+      evaluation_data("validation"), config.eval_step_interval, workdir / "validation_curve.csv",
+      log_dir=workdir / "tensorboard" / "validation", prefix="validation")
+  steps_per_epoch = min(config.eval_step_interval, config.total_steps)
+  model.fit(train, steps_per_epoch=steps_per_epoch, epochs=math.ceil(config.total_steps / steps_per_epoch),
+            verbose=verbose,
+            callbacks=[
+                _TrainingMetricsInEpochLogs(),
+                # Before TensorBoard, which then logs the pi and mingling composition it adds.
+                tf_repulsive.AnnealingCallback(sampler),
+                _StopAtStep(config.total_steps),
+                validation,
+                keras.callbacks.TensorBoard(workdir / "tensorboard"),
+            ])
+  test_accuracy = float(model.evaluate(evaluation_data("testing"), verbose=0, return_dict=True)["accuracy"])
+
+  train_features = _features(train_waveforms, settings).reshape(len(train_labels), -1)
+  mingling = tf_repulsive.mingling_index(train_features, train_labels, config.neighbors)
+  histogram = np.bincount(np.rint(mingling * config.neighbors).astype(int), minlength=config.neighbors + 1)
+  stats = tf_repulsive.sampling_stats(sampler)
+  result = Result(
+      validation_accuracy=validation.history[-1]["validation_accuracy"],
+      test_accuracy=test_accuracy,
+      curve=validation.history,
+      steps=int(np.asarray(model.optimizer.iterations)),
+      partition_sizes=sizes,
+      mingling_histogram=(histogram / histogram.sum()).tolist(),
+      radius=stats.radius,
+      fallback_batches=stats.fallback_batches,
+      seconds=time.time() - start_time)
+  (workdir / "results.json").write_text(
+      json.dumps({"config": dataclasses.asdict(config), **dataclasses.asdict(result)}, indent=1))
+  _plot_curve(result.curve, workdir / "validation_curve.png",
+              f"{config.sampler}, seed {config.seed}: test accuracy {test_accuracy:.3f}")
+  return result
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  config = config_from_flags()
+  workdir = _WORKDIR.value or f"runs/speech_commands/{config.sampler}_seed{config.seed}"
+  result = train_and_evaluate(config, workdir, verbose=_VERBOSE.value)
+  print(f"Final validation accuracy {result.validation_accuracy:.4f}, test accuracy "
+        f"{result.test_accuracy:.4f} after {result.steps} steps ({result.seconds:.0f} s); "
+        f"outputs in {workdir}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,304 @@
+"""The speech_commands example: generated dataset, TF's split and labels, features, augmentation, training."""
+
+import copy
+import hashlib
+import json
+import math
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import wave
+
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from speech_commands import input_data
+from speech_commands import synthesis
+from speech_commands import train
+
+_REPO = pathlib.Path(__file__).resolve().parents[1]
+_TOOLS_MISSING = shutil.which("espeak-ng") is None or shutil.which("sox") is None
+needs_tools = pytest.mark.skipif(_TOOLS_MISSING, reason="espeak-ng and sox are needed to speak the dataset")
+
+# A dataset small enough to speak in a second or two: 8 speakers, 3 targets, 2 unknown words.
+# Generous validation / test shares and a seed whose speakers split 5 / 2 / 1.
+_TINY = dict(num_speakers=8, target_words=("yes", "no", "up"), unknown_words=("cat", "dog"),
+             unknown_words_per_speaker=1, max_repetitions=2, noise_seconds=3.0,
+             validation_percentage=25.0, testing_percentage=25.0, seed=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+  data_dir = tmp_path_factory.mktemp("speech") / "data"
+  summary = synthesis.generate(data_dir, **_TINY)
+  return data_dir, summary
+
+
+def _tf_which_set(filename, validation_percentage, testing_percentage):
+  """TensorFlow's input_data.which_set, restated from the tutorial."""
+  base_name = os.path.basename(filename)
+  hash_name = re.sub(r"_nohash_.*$", "", base_name)
+  hashed = int(hashlib.sha1(hash_name.encode("utf-8")).hexdigest(), 16)
+  percentage = (hashed % (2**27)) * (100.0 / (2**27 - 1))
+  if percentage < validation_percentage:
+    return "validation"
+  if percentage < validation_percentage + testing_percentage:
+    return "testing"
+  return "training"
+
+
+def _read_wav(path):
+  with wave.open(str(path), "rb") as handle:
+    params = handle.getparams()
+    audio = np.frombuffer(handle.readframes(params.nframes), "<i2").astype(np.float64) / 32768.0
+  return params, audio
+
+
+@needs_tools
+def test_generator_writes_the_v002_layout(tiny_dataset):
+  data_dir, summary = tiny_dataset
+  words = {"yes", "no", "up", "cat", "dog"}
+  folders = {path.name for path in data_dir.iterdir() if path.is_dir()}
+  assert folders - {"_background_noise_"} <= words
+  assert {"yes", "no", "up", "_background_noise_"} <= folders
+  clips = sorted(data_dir.glob("*/*.wav"))
+  speech = [path for path in clips if path.parent.name != "_background_noise_"]
+  assert len(speech) == summary.clips
+  # Every speaker says every target word 1-2 times and one unknown word once.
+  assert 8 * (3 + 1) <= len(speech) <= 8 * (2 * 3 + 1)
+  for path in speech:
+    assert re.fullmatch(r"[0-9a-f]{8}_nohash_\d+\.wav", path.name), path
+    params, audio = _read_wav(path)
+    assert (params.nchannels, params.sampwidth, params.framerate, params.nframes) == (1, 2, 16000, 16000)
+    assert np.max(np.abs(audio)) > 0.2, f"{path} is (nearly) silent"
+  noise = sorted((data_dir / "_background_noise_").glob("*.wav"))
+  assert [path.stem for path in noise] == sorted(synthesis.NOISE_KINDS)
+  for path in noise:
+    params, audio = _read_wav(path)
+    assert (params.nchannels, params.sampwidth, params.framerate, params.nframes) == (1, 2, 16000, 48000)
+    assert 0.05 < np.sqrt(np.mean(audio**2)) < 0.2
+
+  listed = {}
+  for subset, name in (("validation", "validation_list.txt"), ("testing", "testing_list.txt")):
+    for line in (data_dir / name).read_text().splitlines():
+      assert (data_dir / line).exists(), line
+      assert line not in listed
+      listed[line] = subset
+  for path in speech:
+    relative = path.relative_to(data_dir).as_posix()
+    assert listed.get(relative, "training") == _tf_which_set(relative, 25.0, 25.0)
+  assert set(listed.values()) == {"validation", "testing"}
+
+
+@needs_tools
+def test_generator_is_deterministic_and_keeps_speakers_in_their_file_names(tiny_dataset, tmp_path):
+  data_dir, _ = tiny_dataset
+  small = dict(_TINY, num_speakers=2, target_words=("yes",), unknown_words=("cat",))
+  synthesis.generate(tmp_path / "a", **small)
+  synthesis.generate(tmp_path / "b", **small)
+  files_a = sorted(path.relative_to(tmp_path / "a") for path in (tmp_path / "a").rglob("*.*"))
+  assert files_a == sorted(path.relative_to(tmp_path / "b") for path in (tmp_path / "b").rglob("*.*"))
+  for relative in files_a:
+    assert (tmp_path / "a" / relative).read_bytes() == (tmp_path / "b" / relative).read_bytes()
+  # The file-name hash is the speaker (voice, pitch, speed): the same prefixes as the first
+  # two speakers of the 8-speaker draw with the same seed, and repetitions share it.
+  speakers = synthesis.choose_speakers(8, seed=_TINY["seed"])
+  assert len({speaker.hash_name for speaker in speakers}) == 8
+  prefixes = {path.name.split("_nohash_")[0] for path in (tmp_path / "a" / "yes").glob("*.wav")}
+  assert prefixes == {speaker.hash_name for speaker in speakers[:2]}
+  speaker = speakers[0]
+  assert speaker.hash_name == hashlib.sha1(
+      f"{speaker.accent}+{speaker.variant}|p{speaker.pitch}|s{speaker.speed}".encode()).hexdigest()[:8]
+
+
+@needs_tools
+def test_speech_is_trimmed_and_resampled_to_16khz(tmp_path):
+  raw = tmp_path / "raw.wav"
+  subprocess.run(["espeak-ng", "-v", "en-us+m3", "-p", "50", "-s", "175", "-w", str(raw), "sheila"], check=True)
+  with wave.open(str(raw), "rb") as handle:
+    raw_rate, raw_frames = handle.getframerate(), handle.getnframes()
+  # The same silence trimming at espeak's own rate (22.05 kHz), without resampling.
+  trimmed = subprocess.run(["sox", str(raw), "-t", "f32", "-", "silence", "1", "0.01", "0.5%", "reverse",
+                            "silence", "1", "0.01", "0.5%", "reverse"], check=True, capture_output=True).stdout
+  trimmed_seconds = len(trimmed) / 4 / raw_rate
+  assert 0.3 < trimmed_seconds < raw_frames / raw_rate
+  speech = synthesis._speak("sheila", "en-us+m3", 50, 175, tmp_path / "scratch.wav")
+  assert speech.dtype == np.float32
+  assert abs(len(speech) / 16000 - trimmed_seconds) < 0.02 * trimmed_seconds
+  assert not (tmp_path / "scratch.wav").exists()
+
+
+def test_missing_tools_fail_with_the_fix(monkeypatch):
+  monkeypatch.setattr(shutil, "which", lambda tool: None)
+  with pytest.raises(RuntimeError, match=r"espeak-ng and sox not found.*apt-get install espeak-ng sox"):
+    synthesis.check_tools()
+
+
+def test_which_set_matches_the_tensorflow_tutorial():
+  # Names shaped like the real dataset's; expected partitions by the tutorial's formula.
+  rng = np.random.default_rng(0)
+  names = [f"{word}/{rng.integers(2**32):08x}_nohash_{rng.integers(5)}.wav"
+           for word in ("yes", "marvin", "_unknown_") for _ in range(700)]
+  names += ["yes/0a7c2a8d_nohash_0.wav", "left/ffd2ba2f_nohash_4.wav", "go/c1d39ce8_nohash_8.wav"]
+  got = [input_data.which_set(name, 10.0, 10.0) for name in names]
+  assert got == [_tf_which_set(name, 10.0, 10.0) for name in names]
+  shares = {subset: got.count(subset) / len(got) for subset in ("validation", "testing", "training")}
+  assert abs(shares["validation"] - 0.1) < 0.03 and abs(shares["testing"] - 0.1) < 0.03
+  # Hand-checked values of the formula, so that a shared mistake in both versions shows.
+  # "0a7c2a8d": SHA1 mod 2**27 = 76284507, i.e. 56.836%.
+  assert int(hashlib.sha1(b"0a7c2a8d").hexdigest(), 16) % 2**27 == 76284507
+  assert input_data.which_set("/data/yes/0a7c2a8d_nohash_3.wav", 10.0, 10.0) == "training"
+  assert input_data.which_set("yes/0a7c2a8d_nohash_0.wav", 56.9, 0.0) == "validation"
+  assert input_data.which_set("yes/0a7c2a8d_nohash_0.wav", 56.8, 0.1) == "testing"
+  assert input_data.which_set("yes/0a7c2a8d_nohash_0.wav", 56.8, 0.0) == "training"
+
+
+def test_which_set_keeps_a_speakers_clips_together():
+  for speaker in ("0a7c2a8d", "3cfc6b3a", "fb8c31a9", "12345678"):
+    subsets = {input_data.which_set(f"{word}/{speaker}_nohash_{n}.wav", 30.0, 30.0)
+               for word in ("yes", "no", "bed") for n in range(4)}
+    assert len(subsets) == 1
+
+
+def test_labels_are_silence_unknown_then_wanted_words_in_order():
+  assert input_data.prepare_words_list(["up", "down", "yes"]) == ["_silence_", "_unknown_", "up", "down", "yes"]
+  assert train.Config().wanted_words == ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+  assert len(input_data.prepare_words_list(train.Config().wanted_words)) == 12
+
+
+@needs_tools
+def test_data_index_labels_split_and_fill_ins(tiny_dataset, tmp_path):
+  data_dir, _ = tiny_dataset
+  # The list files decide, not the (different) hash percentages passed here.
+  index = input_data.prepare_data_index(data_dir, ["up", "yes"], 20.0, 10.0, 5.0, 5.0)
+  assert index.words_list == ["_silence_", "_unknown_", "up", "yes"]
+  assert index.split_source == "lists"
+  listed = {line: subset for subset in ("validation", "testing")
+            for line in (data_dir / f"{subset}_list.txt").read_text().splitlines()}
+
+  def subset_of(path):
+    return listed.get(path.relative_to(data_dir).as_posix(), "training")
+
+  other_words = [path for path in data_dir.glob("*/*.wav")
+                 if path.parent.name not in ("up", "yes", "_background_noise_")]
+  for subset, entries in index.partitions.items():
+    known = [entry for entry in entries if entry.label >= 2]
+    silence = [entry for entry in entries if entry.label == 0]
+    unknown = [entry for entry in entries if entry.label == 1]
+    assert known
+    assert len(silence) == math.ceil(len(known) * 0.2)
+    available = sum(1 for path in other_words if subset_of(path) == subset)
+    assert len(unknown) == min(math.ceil(len(known) * 0.1), available)
+    for entry in known + unknown:
+      assert entry.label == {"up": 2, "yes": 3}.get(entry.path.parent.name, 1)
+      assert subset_of(entry.path) == subset
+    assert all(entry.path is None for entry in silence)
+  # Without the list files, the hash split decides; with only one of them, it is an error.
+  unlisted = tmp_path / "unlisted"
+  shutil.copytree(data_dir, unlisted, ignore=shutil.ignore_patterns("*_list.txt"))
+  hashed = input_data.prepare_data_index(unlisted, ["up"], 0.0, 0.0, 30.0, 20.0)
+  assert hashed.split_source == "hash"
+  for subset, entries in hashed.partitions.items():
+    assert all(_tf_which_set(entry.path.name, 30.0, 20.0) == subset for entry in entries)
+  (unlisted / "testing_list.txt").write_text("")
+  with pytest.raises(ValueError, match="validation_list.txt"):
+    input_data.prepare_data_index(unlisted, ["up"], 0.0, 0.0, 30.0, 20.0)
+
+
+def test_mfcc_features_are_98_by_40():
+  settings = input_data.AudioSettings()
+  assert settings.feature_shape == (98, 40)
+  time = np.arange(16000) / 16000
+  tone = 0.5 * np.sin(2 * np.pi * 440 * time).astype(np.float32)
+  features = input_data.mfcc(tf.constant(np.stack([tone, 0.1 * tone])), settings).numpy()
+  assert features.shape == (2, 98, 40)
+  assert np.all(np.isfinite(features))
+  # Scaling the audio by 1/10 shifts every log-mel channel by log(10): only coefficient 0 moves,
+  # by sqrt(2 * 40) * log(10) (tf.signal's DCT-II scaling).
+  np.testing.assert_allclose(features[0, :, 0] - features[1, :, 0], np.sqrt(80) * np.log(10), rtol=1e-3)
+  np.testing.assert_allclose(features[0, :, 1:], features[1, :, 1:], atol=1e-2)
+  assert input_data.AudioSettings(window_stride_ms=20.0, dct_coefficient_count=13).feature_shape == (49, 13)
+
+
+def _noise():
+  samples = np.random.default_rng(1).normal(0, 0.1, 40000).astype(np.float32)
+  return input_data.BackgroundNoise(samples=samples, starts=np.array([0, 20000]),
+                                    lengths=np.array([20000, 20000]), names=("a.wav", "b.wav"))
+
+
+def test_augment_shifts_mixes_noise_and_mutes_silence():
+  noise = _noise()
+  ramp = np.tile(np.linspace(-0.5, 0.5, 16000, dtype=np.float32), [4, 1])
+  labels = tf.constant([0, 2, 3, 0], tf.int64)
+  seed = tf.constant([3, 4], tf.int64)
+  clean = input_data.augment(tf.constant(ramp), labels, seed, noise, 0, 0.0, 0.1).numpy()
+  # Without shift and noise, words pass unchanged; silence is noise only, whatever the clip.
+  np.testing.assert_array_equal(clean[1:3], ramp[1:3])
+  muted = input_data.augment(tf.constant(ramp * 0), labels, seed, noise, 0, 0.0, 0.1).numpy()
+  np.testing.assert_array_equal(clean[[0, 3]], muted[[0, 3]])
+  assert np.all(np.std(clean[[0, 3]], axis=1) > 0)
+  # Noise always mixed in: the difference is a noise slice at volume <= 0.1.
+  noisy = input_data.augment(tf.constant(ramp), labels, seed, noise, 0, 1.0, 0.1).numpy()
+  added = noisy[1:3] - ramp[1:3]
+  assert np.all(np.std(added, axis=1) > 0) and np.all(np.std(added, axis=1) < 0.1 * 0.1 * 1.05)
+  shifted = input_data.augment(tf.constant(ramp), labels, seed, noise, 1600, 0.8, 0.1).numpy()
+  np.testing.assert_array_equal(
+      shifted, input_data.augment(tf.constant(ramp), labels, seed, noise, 1600, 0.8, 0.1).numpy())
+  assert not np.array_equal(
+      shifted, input_data.augment(tf.constant(ramp), labels, tf.constant([3, 5], tf.int64), noise, 1600,
+                                  0.8, 0.1).numpy())
+  assert np.all(np.abs(shifted) <= 1.0)
+
+
+def test_time_shift_moves_audio_later_for_positive_shifts():
+  waveforms = tf.constant([[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]])
+  shifted = input_data.time_shift(waveforms, tf.constant([1, -2])).numpy()
+  np.testing.assert_array_equal(shifted, [[0.0, 1.0, 2.0, 3.0], [3.0, 4.0, 0.0, 0.0]])
+
+
+def test_learning_rate_stages_last_exactly_their_steps():
+  schedule = train.learning_rate_schedule((3, 2, 1), (0.1, 0.01, 0.001))
+  rates = [float(schedule(step)) for step in range(6)]
+  np.testing.assert_allclose(rates, [0.1, 0.1, 0.1, 0.01, 0.01, 0.001])
+  assert train.learning_rate_schedule((5,), (0.5,)) == 0.5
+
+
+@pytest.mark.parametrize("name", ["speech_commands_smoke.flags", "speech_commands.flags"])
+def test_flagfiles_parse(name):
+  flag_values = copy.deepcopy(flags.FLAGS)
+  flag_values(["train", f"--flagfile={_REPO / 'configs' / name}"])
+  config = train.config_from_flags(flag_values)
+  assert config.sampler in ("anneal_pds",)
+  assert config.generate
+  assert len(input_data.prepare_words_list(config.wanted_words)) == 12
+  assert config.audio.feature_shape == (98, 40)
+  assert config.total_steps <= (100 if "smoke" in name else 1000)
+
+
+@needs_tools
+def test_train_and_evaluate_runs_end_to_end(tiny_dataset, tmp_path):
+  data_dir, _ = tiny_dataset
+  config = train.Config(data_dir=str(data_dir), wanted_words=("yes", "no", "up"),
+                        how_many_training_steps=(4, 2), learning_rate=(0.001, 0.0001),
+                        eval_step_interval=3, batch_size=8, sampler="anneal_pds",
+                        validation_percentage=25.0, testing_percentage=25.0, seed=1)
+  result = train.train_and_evaluate(config, tmp_path / "run", verbose=0)
+  assert result.steps == 6
+  assert [row["step"] for row in result.curve] == [0, 3, 6]
+  for accuracy in (result.validation_accuracy, result.test_accuracy):
+    assert math.isfinite(accuracy) and 0.0 <= accuracy <= 1.0
+  assert result.radius > 0
+  assert math.isclose(sum(result.mingling_histogram), 1.0)
+  assert len(result.mingling_histogram) == 6
+  run = tmp_path / "run"
+  lines = (run / "validation_curve.csv").read_text().splitlines()
+  assert lines[0].split(",")[0] == "step" and "validation_accuracy" in lines[0] and len(lines) == 4
+  assert (run / "validation_curve.png").read_bytes()[:4] == b"\x89PNG"
+  saved = json.loads((run / "results.json").read_text())
+  assert saved["test_accuracy"] == result.test_accuracy and saved["config"]["sampler"] == "anneal_pds"
+  assert list((run / "tensorboard" / "train").glob("events.out.tfevents.*"))
+  assert list((run / "tensorboard" / "validation").glob("events.out.tfevents.*"))

@@ -82,10 +82,10 @@ class Config:
   def __post_init__(self):
     if not 0.0 < self.train_fraction <= 1.0:
       raise ValueError(f"--train_fraction must be in (0, 1]; got {self.train_fraction}.")
-    unknown = sorted(set(self.samplers) - set(common.SAMPLER_NAMES))
+    unknown = sorted(set(self.samplers) - set(common.ALL_SAMPLER_NAMES))
     if not self.samplers or unknown:
       raise ValueError(
-          f"--samplers must name some of {', '.join(common.SAMPLER_NAMES)}; got {list(self.samplers)}.")
+          f"--samplers must name some of {', '.join(common.ALL_SAMPLER_NAMES)}; got {list(self.samplers)}.")
     for name, least in (("batch_size", 2), ("num_batches", 3), ("train_steps", 0), ("sketch_dim", 0),
                         ("r_bins", 1)):
       if getattr(self, name) < least:

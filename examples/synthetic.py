@@ -69,10 +69,10 @@ class Config:
   grid_size: int = 200
 
   def __post_init__(self):
-    unknown = sorted(set(self.samplers) - set(common.SAMPLER_NAMES))
+    unknown = sorted(set(self.samplers) - set(common.ALL_SAMPLER_NAMES))
     if unknown or not self.samplers:
       raise ValueError(
-          f"--samplers: got {list(self.samplers)}; choose from {', '.join(common.SAMPLER_NAMES)}.")
+          f"--samplers: got {list(self.samplers)}; choose from {', '.join(common.ALL_SAMPLER_NAMES)}.")
     for name in ("repetitions", "batch_size", "hidden_units", "train_steps", "grid_size"):
       if getattr(self, name) < 1:
         raise ValueError(f"--{name} must be >= 1; got {getattr(self, name)}.")
@@ -89,7 +89,7 @@ _DEFAULTS = Config()
 flags.DEFINE_string("output_dir", _DEFAULTS.output_dir, "Where figures and tables go.",
                     flag_values=FLAGS)
 _SAMPLERS = flags.DEFINE_list("samplers", list(_DEFAULTS.samplers),
-                              f"Samplers to compare: {', '.join(common.SAMPLER_NAMES)}.",
+                              f"Samplers to compare: {', '.join(common.ALL_SAMPLER_NAMES)}.",
                               flag_values=FLAGS)
 flags.DEFINE_integer("repetitions", _DEFAULTS.repetitions,
                      "Repetitions per sampler; repetition r draws its batch with seed r.",

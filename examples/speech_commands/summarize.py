@@ -119,7 +119,7 @@ def main(argv: Sequence[str]) -> None:
     axes.fill_between(steps, mean - std, mean + std, alpha=0.15)
   axes.set_xlabel("training step")
   axes.set_ylabel("validation accuracy")
-  axes.set_title("Speech commands (generated data): validation accuracy, mean ± std over seeds")
+  axes.set_title("Speech commands (generated data), mean ± std over seeds")
   axes.grid(alpha=0.3)
   axes.legend()
   figure.tight_layout()

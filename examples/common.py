@@ -73,11 +73,20 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | None = None,
   return factories[name]()
 
 
-def sampler_callbacks(sampler: tf_repulsive.Sampler) -> list[keras.callbacks.Callback]:
-  """The callbacks `fit` needs for `sampler`: the step clock and logs, and ActiveBias' history."""
+def sampler_callbacks(sampler: tf_repulsive.Sampler, model_inputs: Any = None) -> list[keras.callbacks.Callback]:
+  """The callbacks `fit` needs for `sampler`: the step clock and logs, and ActiveBias' history.
+
+  Args:
+    sampler: the sampler driving the training pipeline.
+    model_inputs: for ActiveBias, the model inputs of the training examples when they are not the
+      dataset's first element component (see `tf_repulsive.ActiveBiasCallback`).
+
+  Returns:
+    The callbacks, to go before any that log (they add the sampler's values to the epoch logs).
+  """
   callbacks = [tf_repulsive.AnnealingCallback(sampler)]
   if isinstance(sampler, tf_repulsive.ActiveBias):
-    callbacks.append(tf_repulsive.ActiveBiasCallback(sampler))
+    callbacks.append(tf_repulsive.ActiveBiasCallback(sampler, inputs=model_inputs))
   return callbacks
 
 

@@ -2,7 +2,8 @@ r"""Deep MNIST for several samplers and seeds: mean ± std test-error table and 
 
 Takes every flag of mnist_deep.py (so its flagfiles) plus --samplers and --seeds; each run writes
 into `<output_dir>/<sampler>/seed_<seed>/`, and the summary goes to `<output_dir>/summary.md` and
-`<output_dir>/curves.png`.
+`<output_dir>/curves.png`. A run whose `eval.csv` already reaches the configured steps is read,
+not retrained, so an interrupted or extended sweep (more samplers, more seeds) resumes.
 
   python examples/mnist_deep_sweep.py --flagfile=configs/mnist_deep_digits.flags \
       --samplers=uniform,vanilla_pds,easy_pds,dense_pds,anneal_pds --seeds=0,1,2,3,4 \
@@ -11,6 +12,7 @@ into `<output_dir>/<sampler>/seed_<seed>/`, and the summary goes to `<output_dir
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import pathlib
 
@@ -27,6 +29,18 @@ _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "Seeds to run for
                            flag_values=mnist_deep.FLAGS)
 _REPORT_STEPS = flags.DEFINE_list("report_steps", ["200", "500", "1000"],
                                   "Steps reported besides the last.", flag_values=mnist_deep.FLAGS)
+
+
+def finished_curve(run_dir: pathlib.Path, steps: int) -> list[dict[str, float]] | None:
+  """The test curve of a run in `run_dir` that reached `steps`, else None."""
+  path = run_dir / "eval.csv"
+  if not path.exists():
+    return None
+  with path.open(newline="") as handle:
+    rows = [{name: float(value) for name, value in row.items()} for row in csv.DictReader(handle)]
+  if not rows or rows[-1]["step"] != steps:
+    return None
+  return [{**row, "step": int(row["step"]), "test_error": 1.0 - row["test_accuracy"]} for row in rows]
 
 
 def summarize(curves: dict[str, list[list[dict[str, float]]]], report_steps: list[int]) -> str:
@@ -75,9 +89,14 @@ def main(argv):
     curves[sampler] = []
     for seed in (int(s) for s in _SEEDS.value):
       print(f"\n=== {sampler}, seed {seed} ===")
-      config = dataclasses.replace(base, sampler=sampler, seed=seed,
-                                   output_dir=str(root / sampler / f"seed_{seed}"))
-      curves[sampler].append(mnist_deep.train_and_evaluate(config, verbose=2))
+      run_dir = root / sampler / f"seed_{seed}"
+      curve = finished_curve(run_dir, base.steps)
+      if curve is None:
+        config = dataclasses.replace(base, sampler=sampler, seed=seed, output_dir=str(run_dir))
+        curve = mnist_deep.train_and_evaluate(config, verbose=2)
+      else:
+        print(f"(finished earlier: {run_dir / 'eval.csv'})")
+      curves[sampler].append(curve)
   table = summarize(curves, [int(step) for step in _REPORT_STEPS.value])
   (root / "summary.md").write_text(table + "\n")
   plot_mean_curves(curves, root / "curves.png")

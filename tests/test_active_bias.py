@@ -72,6 +72,37 @@ def test_fit_learns_weights_after_warmup_and_state_checkpoints(digits, tmp_path)
   np.testing.assert_array_equal(restored.weights.numpy(), callback.state.weights.numpy())
 
 
+def _mapped_pipeline(inputs_for_callback):
+  """Elements are raw 8-d rows; the model sees their first half doubled, computed after sampling."""
+  rng = np.random.default_rng(1)
+  raw = rng.normal(size=(40, 8)).astype(np.float32)
+  labels = rng.integers(0, 3, 40).astype(np.int64)
+  sampler = tf_repulsive.ActiveBias()
+  batches = tf.data.Dataset.from_tensor_slices((raw, labels)).apply(
+      tf_repulsive.repulsive_batch(10, sampler, seed=0)).map(lambda x, y: (2 * x[:, :4], y))
+  model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+  model.compile(optimizer=keras.optimizers.SGD(0.1),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  callback = tf_repulsive.ActiveBiasCallback(sampler, inputs=inputs_for_callback(raw))
+  return model, batches, callback, raw, labels
+
+
+def test_callback_predicts_on_the_given_inputs():
+  model, batches, callback, raw, labels = _mapped_pipeline(lambda raw: 2 * raw[:, :4])
+  model.fit(batches, epochs=1, verbose=0, callbacks=[callback])
+  probabilities = tf.nn.softmax(model.predict(2 * raw[:, :4], verbose=0)).numpy()
+  np.testing.assert_allclose(callback.state.total.numpy(), probabilities[np.arange(40), labels], rtol=1e-5)
+
+
+def test_callback_rejects_inputs_of_another_length_before_training():
+  model, batches, callback, raw, _ = _mapped_pipeline(lambda raw: 2 * raw[:30, :4])
+  weights = [w.copy() for w in model.get_weights()]
+  with pytest.raises(ValueError, match="`inputs` holds 30 examples but the sampled dataset has 40"):
+    model.fit(batches, epochs=1, verbose=0, callbacks=[callback])
+  for before, after in zip(weights, model.get_weights()):
+    np.testing.assert_array_equal(before, after)
+
+
 @pytest.mark.parametrize("kwargs,error", [
     ({"smoothness": 0.0}, ValueError), ({"smoothness": "a"}, TypeError),
     ({"warmup_epochs": 1}, ValueError), ({"warmup_epochs": 2.5}, TypeError)])

@@ -69,6 +69,13 @@ def test_baselines_run_through_the_example(tmp_path, sampler):
                              output_dir=str(tmp_path))
   curve = mnist_deep.train_and_evaluate(config, verbose=0)
   assert [row["step"] for row in curve] == [0, 15, 30]
+  # The sweep resumes from the run's eval.csv only when it reached the configured steps.
+  import mnist_deep_sweep
+  read_back = mnist_deep_sweep.finished_curve(tmp_path, 30)
+  assert [row["step"] for row in read_back] == [0, 15, 30]
+  for row, expected in zip(read_back, curve):
+    assert row["test_error"] == pytest.approx(expected["test_error"])
+  assert mnist_deep_sweep.finished_curve(tmp_path, 45) is None
 
 
 def test_sweep_summary_reports_mean_and_std_per_sampler():

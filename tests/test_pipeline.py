@@ -1,5 +1,7 @@
 """repulsive_batch: batch properties, reproducibility, epochs and iterator checkpoints."""
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -182,12 +184,23 @@ def test_restored_iterator_continues_with_identical_batches(
 
 def test_stats_count_fallback_batches(digits):
   sampler = tf_repulsive.VanillaPDS(radius=100.0, max_darts=64)
-  for _, _, index in _digits_batches(digits, sampler, batch_size=10, count=5).as_numpy_iterator():
+  with pytest.warns(RuntimeWarning, match="filled only"):
+    batches = _digits_batches(digits, sampler, batch_size=10, count=5)
+  for _, _, index in batches.as_numpy_iterator():
     assert len(set(index.tolist())) == 10
   stats_now = tf_repulsive.sampling_stats(sampler)
   assert stats_now.batches >= 5  # and any drawn ahead by the parallel map
   assert stats_now.fallback_batches == stats_now.batches
   assert stats_now.fallback_points == 9 * stats_now.batches
+
+
+def test_a_radius_too_large_for_the_batch_warns_at_build_time(digits):
+  with pytest.warns(RuntimeWarning, match=r"filled only 1 of 10 points .* radius 100"):
+    _digits_batches(digits, tf_repulsive.VanillaPDS(radius=100.0, max_darts=64), batch_size=10)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", RuntimeWarning)
+    _digits_batches(digits, tf_repulsive.VanillaPDS(), batch_size=50)
+    _digits_batches(digits, tf_repulsive.Uniform(), batch_size=50)
 
 
 def test_batch_indices_recomputes_what_the_pipeline_drew(digits):

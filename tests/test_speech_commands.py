@@ -267,7 +267,8 @@ def test_learning_rate_stages_last_exactly_their_steps():
   assert train.learning_rate_schedule((5,), (0.5,)) == 0.5
 
 
-@pytest.mark.parametrize("name", ["speech_commands_smoke.flags", "speech_commands.flags"])
+@pytest.mark.parametrize("name", ["speech_commands_smoke.flags", "speech_commands.flags",
+                                  "speech_commands_long.flags"])
 def test_flagfiles_parse(name):
   flag_values = copy.deepcopy(flags.FLAGS)
   flag_values(["train", f"--flagfile={_REPO / 'configs' / name}"])
@@ -302,3 +303,16 @@ def test_train_and_evaluate_runs_end_to_end(tiny_dataset, tmp_path):
   assert saved["test_accuracy"] == result.test_accuracy and saved["config"]["sampler"] == "anneal_pds"
   assert list((run / "tensorboard" / "train").glob("events.out.tfevents.*"))
   assert list((run / "tensorboard" / "validation").glob("events.out.tfevents.*"))
+
+
+@needs_tools
+def test_active_bias_learns_on_the_mfcc_inputs(tiny_dataset, tmp_path):
+  # Its per-epoch pass predicts on the clean MFCCs; on the stored waveforms the model would fail.
+  data_dir, _ = tiny_dataset
+  config = train.Config(data_dir=str(data_dir), wanted_words=("yes", "no", "up"),
+                        how_many_training_steps=(6, 3), learning_rate=(0.001, 0.0001),
+                        eval_step_interval=3, batch_size=8, sampler="active_bias",
+                        validation_percentage=25.0, testing_percentage=25.0, seed=1)
+  result = train.train_and_evaluate(config, tmp_path / "run", verbose=0)
+  assert result.steps == 9
+  assert [row["step"] for row in result.curve] == [0, 3, 6, 9]

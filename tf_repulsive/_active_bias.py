@@ -109,11 +109,16 @@ class ActiveBiasCallback(keras.callbacks.Callback):
   `.repeat()` and `steps_per_epoch`, batches drawn ahead of an epoch's end use the old weights).
   """
 
-  def __init__(self, sampler: ActiveBias, from_logits: bool = True, batch_size: int = 1024):
+  def __init__(self, sampler: ActiveBias, from_logits: bool = True, batch_size: int = 1024,
+               inputs: np.ndarray | tf.Tensor | None = None):
     """Args:
-      sampler: the ActiveBias sampler whose pipeline feeds `fit`; elements are (x, y[, ...]).
+      sampler: the ActiveBias sampler whose pipeline feeds `fit`.
       from_logits: whether the model outputs logits (else probabilities).
       batch_size: inference batch size for the per-epoch pass.
+      inputs: the model inputs of the training examples, in dataset order, for the per-epoch
+        pass. By default the first component of the dataset's (x, y[, ...]) elements; pass them
+        when the pipeline transforms batches after sampling (feature extraction, augmentation),
+        so that the stored elements are not what the model takes.
 
     Raises:
       TypeError: if `sampler` is not an ActiveBias sampler.
@@ -124,17 +129,32 @@ class ActiveBiasCallback(keras.callbacks.Callback):
     self._sampler = sampler
     self._from_logits = from_logits
     self._batch_size = batch_size
+    self._inputs = inputs
 
   @property
   def state(self) -> ActiveBiasState:
     """The checkpointable history and weights (available once the pipeline is built)."""
     return _pipeline.runtime_for(self._sampler).drawer.state
 
-  def on_epoch_end(self, epoch, logs=None):
+  def on_train_begin(self, logs=None):
+    self._training_inputs()  # Fails before the first epoch rather than after it.
+
+  def _training_inputs(self):
     runtime = _pipeline.runtime_for(self._sampler)
-    if not isinstance(runtime.elements, tuple) or len(runtime.elements) < 2:
-      raise ValueError("ActiveBiasCallback needs (x, y) elements: the model input comes first.")
-    inputs, labels = runtime.elements[0], runtime.labels
+    if self._inputs is None:
+      if not isinstance(runtime.elements, tuple) or len(runtime.elements) < 2:
+        raise ValueError("ActiveBiasCallback needs (x, y) elements with the model input first, or "
+                         "the model inputs of the training examples as `inputs`.")
+      return runtime.elements[0]
+    num_inputs = int(tf.nest.flatten(self._inputs)[0].shape[0])
+    if num_inputs != len(runtime.labels):
+      raise ValueError(f"`inputs` holds {num_inputs} examples but the sampled dataset has "
+                       f"{len(runtime.labels)}; pass the model inputs of every training example, "
+                       "in dataset order.")
+    return self._inputs
+
+  def on_epoch_end(self, epoch, logs=None):
+    inputs, labels = self._training_inputs(), _pipeline.runtime_for(self._sampler).labels
     outputs = self.model.predict(inputs, batch_size=self._batch_size, verbose=0)
     probabilities = tf.nn.softmax(outputs).numpy() if self._from_logits else np.asarray(outputs)
     true_class = probabilities[np.arange(len(labels)), labels].astype(np.float64)

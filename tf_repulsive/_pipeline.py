@@ -6,6 +6,7 @@ import dataclasses
 import math
 import numbers
 import random
+import warnings
 import weakref
 from typing import Any, Callable
 
@@ -195,6 +196,20 @@ def batch_indices(sampler: _samplers.Sampler, step: int) -> np.ndarray:
   return runtime_for(sampler).batch_indices(step)
 
 
+def _warn_if_first_batch_needs_the_fill(runtime: PipelineRuntime, batch_size: int) -> None:
+  # A filled batch is still k distinct points, but partly uniform: say so once, at build time,
+  # rather than let the repulsion weaken unnoticed.
+  fallback = int(runtime.drawer.draw(runtime.key, tf.constant(0, tf.int64))[1])
+  if fallback:
+    cause = ("The radius is too large for this batch size on this data" if runtime.drawer.category_pi is None
+             else "The radius is too large for this batch size on the points that pi favours at step 0")
+    warnings.warn(
+        f"the darts filled only {batch_size - fallback} of {batch_size} points of the first batch "
+        f"with disks of radius {runtime.radius:.4g}; the other {fallback} were filled uniformly. "
+        f"{cause}: pass a smaller `radius` to the sampler (or raise `max_darts` if the disks do "
+        "fit).", RuntimeWarning, stacklevel=4)
+
+
 def _call_like_map(fn: Callable[..., Any], element: Any) -> Any:
   return fn(*element) if isinstance(element, tuple) else fn(element)
 
@@ -379,6 +394,8 @@ def repulsive_batch(
         num_categories=sampler.neighbors + 1 if sampler.uses_mingling else 0, radius=radius,
         seed=seed, steps_per_epoch=math.ceil(num_points / batch_size))
     _RUNTIMES[sampler] = runtime
+    if sampler.has_disk:
+      _warn_if_first_batch_needs_the_fill(runtime, batch_size)
     return runtime.dataset()
 
   return _apply_fn

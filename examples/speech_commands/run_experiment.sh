@@ -2,23 +2,29 @@
 # The speech experiment: every sampler with seeds 1..N (default 3), one run after another, on the
 # generated dataset (created by the first run if missing), then the summary table and plot.
 #   examples/speech_commands/run_experiment.sh [num_seeds]
+# Environment: PYTHON (default .venv/bin/python); CONFIG, the flagfile (default
+# configs/speech_commands.flags); SAMPLERS (default the uniform and four PDS samplers); RUNS_DIR
+# (default runs/speech_commands), which receives <sampler>_seed<seed>/ per run.
 # Runs that already have results.json are skipped, so an interrupted experiment resumes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SEEDS=${1:-3}
 PYTHON=${PYTHON:-.venv/bin/python}
+CONFIG=${CONFIG:-configs/speech_commands.flags}
+SAMPLERS=${SAMPLERS:-uniform vanilla_pds easy_pds dense_pds anneal_pds}
+RUNS_DIR=${RUNS_DIR:-runs/speech_commands}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 for seed in $(seq 1 "$SEEDS"); do
-  for sampler in uniform vanilla_pds easy_pds dense_pds anneal_pds; do
-    workdir=runs/speech_commands/${sampler}_seed${seed}
+  for sampler in $SAMPLERS; do
+    workdir=$RUNS_DIR/${sampler}_seed${seed}
     if [ -f "$workdir/results.json" ]; then
       continue
     fi
     echo "$(date +%T) $sampler seed $seed"
     mkdir -p "$workdir"
-    "$PYTHON" examples/speech_commands/train.py --flagfile=configs/speech_commands.flags \
+    "$PYTHON" examples/speech_commands/train.py --flagfile="$CONFIG" \
         --sampler="$sampler" --seed="$seed" --workdir="$workdir" --verbose=2 > "$workdir/train.log" 2>&1
     tail -n 1 "$workdir/train.log"
   done
 done
-"$PYTHON" examples/speech_commands/summarize.py --runs_dir=runs/speech_commands
+"$PYTHON" examples/speech_commands/summarize.py --runs_dir="$RUNS_DIR"

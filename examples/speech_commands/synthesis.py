@@ -151,6 +151,7 @@ def _clip(word: str, speaker: Speaker, repetition: int, seed: int,
   rng = np.random.default_rng([seed, 1, speaker_key, word_key, repetition])
   pitch = int(np.clip(speaker.pitch + rng.integers(-4, 5), 0, 99))
   speed = int(speaker.speed * rng.uniform(0.92, 1.08))
+  # Words longer than a clip are cut, as the real dataset's recordings are.
   speech = _speak(word, speaker.voice, pitch, speed, scratch)[:_CLIP_SAMPLES]
   peak = float(np.max(np.abs(speech))) if speech.size else 0.0
   if peak > 0:
@@ -187,10 +188,10 @@ def _noise(kind: str, seconds: float, rng: np.random.Generator) -> np.ndarray:
 class Summary:
   """What `generate` wrote."""
 
-  clips: int
+  clips: int  # spoken wavs (background noise not counted)
   speakers: int
-  words: tuple[str, ...]
-  split_counts: dict[str, int]
+  words: tuple[str, ...]  # the folders written, sorted
+  split_counts: dict[str, int]  # clips per partition of the hash split
 
 
 def generate(data_dir: str | pathlib.Path, *, num_speakers: int = 200,
@@ -202,8 +203,9 @@ def generate(data_dir: str | pathlib.Path, *, num_speakers: int = 200,
   """Writes the dataset; every speaker says every target word and a few unknown words.
 
   Args:
-    data_dir: output directory (created; existing files of the same names are overwritten).
-    num_speakers: number of speakers (distinct espeak-ng voices).
+    data_dir: output directory, best empty (created; files of the same names are overwritten,
+      other wavs would join the dataset).
+    num_speakers: number of speakers (see `choose_speakers`).
     target_words: words every speaker says (1 to `max_repetitions` takes each).
     unknown_words: auxiliary words; each speaker says `unknown_words_per_speaker` of them, once.
       The TF recipe uses only unknown_percentage of the set size from this pool, so a smaller

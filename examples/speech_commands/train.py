@@ -80,11 +80,6 @@ from speech_commands import synthesis  # noqa: E402
 import tf_repulsive  # noqa: E402
 
 
-# Every sampler but ActiveBias (its callback predicts from the stored elements, which here are
-# waveforms, not the MFCC inputs of the model).
-_SAMPLER_CHOICES = tuple(name for name in common.ALL_SAMPLER_NAMES if name != "active_bias")
-
-
 @dataclasses.dataclass(frozen=True)
 class Config:
   """Training settings; the defaults are the TF tutorial's (tensorflow/examples/speech_commands)."""
@@ -121,8 +116,8 @@ class Config:
       raise ValueError(f"--how_many_training_steps must be positive; got {self.how_many_training_steps}.")
     if self.eval_step_interval < 1:
       raise ValueError(f"--eval_step_interval must be >= 1; got {self.eval_step_interval}.")
-    if self.sampler not in _SAMPLER_CHOICES:
-      raise ValueError(f"--sampler: unknown {self.sampler!r}; choose from {', '.join(_SAMPLER_CHOICES)}.")
+    if self.sampler not in common.ALL_SAMPLER_NAMES:
+      raise ValueError(f"--sampler: unknown {self.sampler!r}; choose from {', '.join(common.ALL_SAMPLER_NAMES)}.")
 
   @property
   def audio(self) -> input_data.AudioSettings:
@@ -185,9 +180,7 @@ flags.DEFINE_list("learning_rate", [str(rate) for rate in _DEFAULTS.learning_rat
                   "Learning rate of each stage of --how_many_training_steps.")
 flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "How many items to train with at once.")
 flags.DEFINE_integer("eval_step_interval", _DEFAULTS.eval_step_interval, "How often to evaluate the training results.")
-flags.DEFINE_enum("sampler", _DEFAULTS.sampler, _SAMPLER_CHOICES,
-                  "Mini-batch sampler (active_bias is not offered: its per-epoch inference pass "
-                  "would need the MFCC inputs, which this pipeline computes after sampling).")
+flags.DEFINE_enum("sampler", _DEFAULTS.sampler, common.ALL_SAMPLER_NAMES, "Mini-batch sampler.")
 flags.DEFINE_integer("neighbors", _DEFAULTS.neighbors, "K of the mingling index.")
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of initialisation, dropout, batch draws and augmentation.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory; default runs/speech_commands/<sampler>_seed<seed>.")
@@ -317,6 +310,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   batches = tf.data.Dataset.from_tensor_slices((train_waveforms, train_labels)).apply(
       tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed,
                                    feature_fn=lambda waveform, label: input_data.mfcc(waveform, settings)))
+  train_features = _features(train_waveforms, settings)
   time_shift_samples = int(config.sample_rate * config.time_shift_ms / 1000)
 
   def augment_and_featurize(batch, seed):
@@ -350,15 +344,16 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
             callbacks=[
                 _TrainingMetricsInEpochLogs(),
                 # Before TensorBoard, which then logs the pi and mingling composition it adds.
-                *common.sampler_callbacks(sampler),
+                # ActiveBias records its prediction history on the clean clips' MFCCs.
+                *common.sampler_callbacks(sampler, model_inputs=train_features),
                 _StopAtStep(config.total_steps),
                 validation,
                 keras.callbacks.TensorBoard(workdir / "tensorboard"),
             ])
   test_accuracy = float(model.evaluate(evaluation_data("testing"), verbose=0, return_dict=True)["accuracy"])
 
-  train_features = _features(train_waveforms, settings).reshape(len(train_labels), -1)
-  mingling = tf_repulsive.mingling_index(train_features, train_labels, config.neighbors)
+  mingling = tf_repulsive.mingling_index(train_features.reshape(len(train_labels), -1), train_labels,
+                                         config.neighbors)
   histogram = np.bincount(np.rint(mingling * config.neighbors).astype(int), minlength=config.neighbors + 1)
   stats = tf_repulsive.sampling_stats(sampler)
   result = Result(

@@ -21,6 +21,8 @@ SAMPLER_NAMES = ("uniform", "vanilla_pds", "easy_pds", "dense_pds", "anneal_pds"
 BASELINE_NAMES = ("kdpp", "fast_kdpp", "active_bias")
 ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES
 
+_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
+
 
 def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues) -> None:
   """`app.run` for a binary whose flags live in its own `FlagValues`.
@@ -30,6 +32,13 @@ def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues) -> None
   """
 
   def parse(argv: list[str]) -> list[str]:
+    # absl's own help flags would list only the global registry.
+    if any(arg in _HELP_FLAGS for arg in argv[1:]):
+      print((sys.modules["__main__"].__doc__ or "").strip() + "\n")
+      print(f"flags of {pathlib.Path(argv[0]).name}:\n{flag_values.get_help(include_special_flags=False)}")
+      if "--helpfull" in argv[1:]:
+        print(f"\nabsl flags:\n{flags.FLAGS.get_help()}")
+      sys.exit(0)
     try:
       # The binary's own flags first; absl's global ones (--verbosity, --helpfull ...) get the
       # rest and reject anything unknown.

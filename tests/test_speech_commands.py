@@ -270,7 +270,7 @@ def test_learning_rate_stages_last_exactly_their_steps():
 @pytest.mark.parametrize("name", ["speech_commands_smoke.flags", "speech_commands.flags",
                                   "speech_commands_long.flags"])
 def test_flagfiles_parse(name):
-  flag_values = copy.deepcopy(flags.FLAGS)
+  flag_values = copy.deepcopy(train.FLAGS)
   flag_values(["train", f"--flagfile={_REPO / 'configs' / name}"])
   config = train.config_from_flags(flag_values)
   assert config.sampler in ("anneal_pds",)
@@ -316,3 +316,28 @@ def test_active_bias_learns_on_the_mfcc_inputs(tiny_dataset, tmp_path):
   result = train.train_and_evaluate(config, tmp_path / "run", verbose=0)
   assert result.steps == 9
   assert [row["step"] for row in result.curve] == [0, 3, 6, 9]
+
+
+def test_the_speech_binaries_import_into_one_process():
+  # Each keeps its flags in its own FlagValues; in absl's global registry --data_dir and --seed of
+  # the generator and the trainer would clash.
+  from speech_commands import generate_data
+  from speech_commands import summarize
+  assert {"data_dir", "seed"} <= set(generate_data.FLAGS) & set(train.FLAGS)
+  assert "runs_dir" in summarize.FLAGS and "data_dir" not in flags.FLAGS
+
+
+def _fake_run(test_accuracy, curve):
+  return {"validation_accuracy": curve[-1], "test_accuracy": test_accuracy, "steps": 20, "seconds": 120.0,
+          "curve": [{"step": 10 * i, "validation_accuracy": value} for i, value in enumerate(curve)]}
+
+
+def test_summary_pairs_each_sampler_with_uniform_by_seed():
+  from speech_commands import summarize
+  runs = {"vanilla_pds": {1: _fake_run(0.6, [0.1, 0.3, 0.5]), 2: _fake_run(0.8, [0.1, 0.5, 0.6])},
+          "uniform": {1: _fake_run(0.5, [0.1, 0.2, 0.3]), 2: _fake_run(0.6, [0.1, 0.2, 0.3])}}
+  lines = summarize.summary_table(runs).splitlines()
+  assert lines[2].startswith("| uniform | 2 (1,2) | 20 | 0.3000 ± 0.0000 | 0.5500 ± 0.0707 |")
+  # Paired test-accuracy differences 0.1 and 0.2; curve-mean differences 0.1 and 0.2.
+  assert lines[3].startswith("| vanilla_pds | 2 (1,2) | 20 |")
+  assert "| 0.1500 ± 0.0707 | 0.1500 ± 0.0707 | 2.0 (2.0–2.0) |" in lines[3]

@@ -22,25 +22,32 @@ if __package__ in (None, ""):
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
+import common  # noqa: E402
 from speech_commands import synthesis  # noqa: E402
 
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "Directory to write the dataset to.", required=True)
+FLAGS = flags.FlagValues()
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "Directory to write the dataset to.", required=True,
+                                flag_values=FLAGS)
 _NUM_SPEAKERS = flags.DEFINE_integer(
     "num_speakers", 200, "Speakers (espeak-ng voice, pitch, speed); each says every target word "
-    "1 to --max_repetitions times and --unknown_words_per_speaker other words once.")
-_MAX_REPETITIONS = flags.DEFINE_integer("max_repetitions", 2, "Most takes of a target word per speaker.")
+    "1 to --max_repetitions times and --unknown_words_per_speaker other words once.", flag_values=FLAGS)
+_MAX_REPETITIONS = flags.DEFINE_integer("max_repetitions", 2, "Most takes of a target word per speaker.",
+                                        flag_values=FLAGS)
 _UNKNOWN_WORDS_PER_SPEAKER = flags.DEFINE_integer("unknown_words_per_speaker", 3,
-                                                  "Non-target words each speaker says.")
-_TARGET_WORDS = flags.DEFINE_list("target_words", list(synthesis.TARGET_WORDS), "Target words.")
+                                                  "Non-target words each speaker says.", flag_values=FLAGS)
+_TARGET_WORDS = flags.DEFINE_list("target_words", list(synthesis.TARGET_WORDS), "Target words.",
+                                  flag_values=FLAGS)
 _UNKNOWN_WORDS = flags.DEFINE_list("unknown_words", list(synthesis.UNKNOWN_WORDS),
-                                   "Non-target words (the _unknown_ pool).")
-_NOISE_SECONDS = flags.DEFINE_float("noise_seconds", 30.0, "Length of each background noise wav.")
+                                   "Non-target words (the _unknown_ pool).", flag_values=FLAGS)
+_NOISE_SECONDS = flags.DEFINE_float("noise_seconds", 30.0, "Length of each background noise wav.",
+                                    flag_values=FLAGS)
 _VALIDATION_PERCENTAGE = flags.DEFINE_float("validation_percentage", 10.0,
-                                            "Hash-split share written to validation_list.txt.")
+                                            "Hash-split share written to validation_list.txt.",
+                                            flag_values=FLAGS)
 _TESTING_PERCENTAGE = flags.DEFINE_float("testing_percentage", 10.0,
-                                         "Hash-split share written to testing_list.txt.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of speakers, takes and noise.")
-_WORKERS = flags.DEFINE_integer("workers", 2, "Concurrent espeak-ng / sox processes.")
+                                         "Hash-split share written to testing_list.txt.", flag_values=FLAGS)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of speakers, takes and noise.", flag_values=FLAGS)
+_WORKERS = flags.DEFINE_integer("workers", 2, "Concurrent espeak-ng / sox processes.", flag_values=FLAGS)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -62,4 +69,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  common.run(main, FLAGS)

@@ -20,16 +20,24 @@ import pathlib
 import sys
 from typing import Sequence
 
-from absl import app
-from absl import flags
-import matplotlib
+if __package__ in (None, ""):
+  # Run as a script: make `examples/` importable (for `common`).
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-_RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/speech_commands", "Directory of the run directories.")
-_ORDER = ("uniform", "vanilla_pds", "easy_pds", "dense_pds", "anneal_pds")
+import common  # noqa: E402
+
+FLAGS = flags.FlagValues()
+_RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/speech_commands", "Directory of the run directories.",
+                                flag_values=FLAGS)
+_ORDER = common.ALL_SAMPLER_NAMES
 
 
 def _mean_std(values: Sequence[float]) -> str:
@@ -128,4 +136,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  common.run(main, FLAGS)

@@ -146,48 +146,66 @@ class Result:
   seconds: float
 
 
+FLAGS = flags.FlagValues()
+
 # One flag per `Config` field (same name, TF's help texts), defaulting to the field's default.
 _DEFAULTS = Config()
-flags.DEFINE_string("data_dir", _DEFAULTS.data_dir, "Where the Speech Commands dataset is.")
+flags.DEFINE_string("data_dir", _DEFAULTS.data_dir, "Where the Speech Commands dataset is.",
+                    flag_values=FLAGS)
 flags.DEFINE_boolean(
     "generate", _DEFAULTS.generate,
-    "If --data_dir holds no wavs, first write the espeak-ng dataset there (generate_data.py's defaults).")
-flags.DEFINE_list("wanted_words", list(_DEFAULTS.wanted_words), "Words to recognise; others become _unknown_.")
-flags.DEFINE_integer("sample_rate", _DEFAULTS.sample_rate, "Expected sample rate of the wavs.")
-flags.DEFINE_integer("clip_duration_ms", _DEFAULTS.clip_duration_ms, "Expected duration in milliseconds of the wavs.")
-flags.DEFINE_float("window_size_ms", _DEFAULTS.window_size_ms, "How long each spectrogram timeslice is.")
+    "If --data_dir holds no wavs, first write the espeak-ng dataset there (generate_data.py's defaults).",
+    flag_values=FLAGS)
+flags.DEFINE_list("wanted_words", list(_DEFAULTS.wanted_words), "Words to recognise; others become _unknown_.",
+                  flag_values=FLAGS)
+flags.DEFINE_integer("sample_rate", _DEFAULTS.sample_rate, "Expected sample rate of the wavs.",
+                     flag_values=FLAGS)
+flags.DEFINE_integer("clip_duration_ms", _DEFAULTS.clip_duration_ms, "Expected duration in milliseconds of the wavs.",
+                     flag_values=FLAGS)
+flags.DEFINE_float("window_size_ms", _DEFAULTS.window_size_ms, "How long each spectrogram timeslice is.",
+                   flag_values=FLAGS)
 flags.DEFINE_float("window_stride_ms", _DEFAULTS.window_stride_ms,
-                   "How far to move in time between spectrogram timeslices.")
+                   "How far to move in time between spectrogram timeslices.", flag_values=FLAGS)
 flags.DEFINE_integer("dct_coefficient_count", _DEFAULTS.dct_coefficient_count,
-                     "How many MFCC coefficients (bins) per timeslice; at most 40, the mel channel count.")
-flags.DEFINE_alias("feature_bin_count", "dct_coefficient_count")  # TF's newer name
+                     "How many MFCC coefficients (bins) per timeslice; at most 40, the mel channel count.",
+                     flag_values=FLAGS)
+flags.DEFINE_alias("feature_bin_count", "dct_coefficient_count", flag_values=FLAGS)  # TF's newer name
 flags.DEFINE_float("silence_percentage", _DEFAULTS.silence_percentage,
-                   "How much of the training data should be silence.")
+                   "How much of the training data should be silence.", flag_values=FLAGS)
 flags.DEFINE_float("unknown_percentage", _DEFAULTS.unknown_percentage,
-                   "How much of the training data should be unknown words.")
+                   "How much of the training data should be unknown words.", flag_values=FLAGS)
 flags.DEFINE_float("validation_percentage", _DEFAULTS.validation_percentage,
-                   "What percentage of wavs to use as a validation set (hash split; unused with list files).")
+                   "What percentage of wavs to use as a validation set (hash split; unused with list files).",
+                   flag_values=FLAGS)
 flags.DEFINE_float("testing_percentage", _DEFAULTS.testing_percentage,
-                   "What percentage of wavs to use as a test set (hash split; unused with list files).")
-flags.DEFINE_float("time_shift_ms", _DEFAULTS.time_shift_ms, "Range to randomly shift the training audio by in time.")
+                   "What percentage of wavs to use as a test set (hash split; unused with list files).",
+                   flag_values=FLAGS)
+flags.DEFINE_float("time_shift_ms", _DEFAULTS.time_shift_ms, "Range to randomly shift the training audio by in time.",
+                   flag_values=FLAGS)
 flags.DEFINE_float("background_frequency", _DEFAULTS.background_frequency,
-                   "How many of the training samples have background noise mixed in.")
+                   "How many of the training samples have background noise mixed in.", flag_values=FLAGS)
 flags.DEFINE_float("background_volume", _DEFAULTS.background_volume,
-                   "How loud the background noise should be, between 0 and 1.")
+                   "How loud the background noise should be, between 0 and 1.", flag_values=FLAGS)
 flags.DEFINE_list("how_many_training_steps", [str(steps) for steps in _DEFAULTS.how_many_training_steps],
-                  "How many training steps to run at each learning rate.")
+                  "How many training steps to run at each learning rate.", flag_values=FLAGS)
 flags.DEFINE_list("learning_rate", [str(rate) for rate in _DEFAULTS.learning_rate],
-                  "Learning rate of each stage of --how_many_training_steps.")
-flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "How many items to train with at once.")
-flags.DEFINE_integer("eval_step_interval", _DEFAULTS.eval_step_interval, "How often to evaluate the training results.")
-flags.DEFINE_enum("sampler", _DEFAULTS.sampler, common.ALL_SAMPLER_NAMES, "Mini-batch sampler.")
-flags.DEFINE_integer("neighbors", _DEFAULTS.neighbors, "K of the mingling index.")
-flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of initialisation, dropout, batch draws and augmentation.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory; default runs/speech_commands/<sampler>_seed<seed>.")
-_VERBOSE = flags.DEFINE_integer("verbose", 1, "Keras verbosity: 1 progress bar, 2 a line per interval, 0 quiet.")
+                  "Learning rate of each stage of --how_many_training_steps.", flag_values=FLAGS)
+flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "How many items to train with at once.",
+                     flag_values=FLAGS)
+flags.DEFINE_integer("eval_step_interval", _DEFAULTS.eval_step_interval, "How often to evaluate the training results.",
+                     flag_values=FLAGS)
+flags.DEFINE_enum("sampler", _DEFAULTS.sampler, common.ALL_SAMPLER_NAMES, "Mini-batch sampler.",
+                  flag_values=FLAGS)
+flags.DEFINE_integer("neighbors", _DEFAULTS.neighbors, "K of the mingling index.", flag_values=FLAGS)
+flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of initialisation, dropout, batch draws and augmentation.",
+                     flag_values=FLAGS)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory; default runs/speech_commands/<sampler>_seed<seed>.",
+                               flag_values=FLAGS)
+_VERBOSE = flags.DEFINE_integer("verbose", 1, "Keras verbosity: 1 progress bar, 2 a line per interval, 0 quiet.",
+                                flag_values=FLAGS)
 
 
-def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> Config:
+def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> Config:
   """The `Config` that parsed flags describe.
 
   Args:
@@ -385,4 +403,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  common.run(main, FLAGS)

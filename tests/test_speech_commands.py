@@ -280,14 +280,16 @@ def test_flagfiles_parse(name):
   assert config.total_steps <= (100 if "smoke" in name else 1000)
 
 
+def _tiny_config(tiny_dataset, steps: tuple[int, int], sampler: str) -> train.Config:
+  data_dir, _ = tiny_dataset
+  return train.Config(data_dir=str(data_dir), wanted_words=("yes", "no", "up"), how_many_training_steps=steps,
+                      learning_rate=(0.001, 0.0001), eval_step_interval=3, batch_size=8, sampler=sampler,
+                      validation_percentage=25.0, testing_percentage=25.0, seed=1)
+
+
 @needs_tools
 def test_train_and_evaluate_runs_end_to_end(tiny_dataset, tmp_path):
-  data_dir, _ = tiny_dataset
-  config = train.Config(data_dir=str(data_dir), wanted_words=("yes", "no", "up"),
-                        how_many_training_steps=(4, 2), learning_rate=(0.001, 0.0001),
-                        eval_step_interval=3, batch_size=8, sampler="anneal_pds",
-                        validation_percentage=25.0, testing_percentage=25.0, seed=1)
-  result = train.train_and_evaluate(config, tmp_path / "run", verbose=0)
+  result = train.train_and_evaluate(_tiny_config(tiny_dataset, (4, 2), "anneal_pds"), tmp_path / "run", verbose=0)
   assert result.steps == 6
   assert [row["step"] for row in result.curve] == [0, 3, 6]
   for accuracy in (result.validation_accuracy, result.test_accuracy):
@@ -308,12 +310,7 @@ def test_train_and_evaluate_runs_end_to_end(tiny_dataset, tmp_path):
 @needs_tools
 def test_active_bias_learns_on_the_mfcc_inputs(tiny_dataset, tmp_path):
   # Its per-epoch pass predicts on the clean MFCCs; on the stored waveforms the model would fail.
-  data_dir, _ = tiny_dataset
-  config = train.Config(data_dir=str(data_dir), wanted_words=("yes", "no", "up"),
-                        how_many_training_steps=(6, 3), learning_rate=(0.001, 0.0001),
-                        eval_step_interval=3, batch_size=8, sampler="active_bias",
-                        validation_percentage=25.0, testing_percentage=25.0, seed=1)
-  result = train.train_and_evaluate(config, tmp_path / "run", verbose=0)
+  result = train.train_and_evaluate(_tiny_config(tiny_dataset, (6, 3), "active_bias"), tmp_path / "run", verbose=0)
   assert result.steps == 9
   assert [row["step"] for row in result.curve] == [0, 3, 6, 9]
 

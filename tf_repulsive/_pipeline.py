@@ -205,7 +205,7 @@ def _warn_if_first_batch_needs_the_fill(runtime: PipelineRuntime, batch_size: in
              else "The radius is too large for this batch size on the points that pi favours at step 0")
     warnings.warn(
         f"the darts filled only {batch_size - fallback} of {batch_size} points of the first batch "
-        f"with disks of radius {runtime.radius:.4g}; the other {fallback} were filled uniformly. "
+        f"with disks of radius {runtime.radius:.4g}; a uniform fill supplied the other {fallback}. "
         f"{cause}: pass a smaller `radius` to the sampler (or raise `max_darts` if the disks do "
         "fit).", RuntimeWarning, stacklevel=4)
 

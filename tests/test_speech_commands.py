@@ -338,3 +338,13 @@ def test_summary_pairs_each_sampler_with_uniform_by_seed():
   # Paired test-accuracy differences 0.1 and 0.2; curve-mean differences 0.1 and 0.2.
   assert lines[3].startswith("| vanilla_pds | 2 (1,2) | 20 |")
   assert "| 0.1500 ± 0.0707 | 0.1500 ± 0.0707 | 2.0 (2.0–2.0) |" in lines[3]
+
+
+def test_mean_curves_refuse_runs_of_different_configs():
+  from speech_commands import summarize
+  runs = {"uniform": {1: _fake_run(0.5, [0.1, 0.2, 0.3]), 2: _fake_run(0.6, [0.1, 0.2, 0.3, 0.4])}}
+  with pytest.raises(ValueError, match=r"seeds \[2\] were evaluated at other steps"):
+    summarize.mean_curves(runs)
+  steps, mean, _ = summarize.mean_curves({"uniform": {1: _fake_run(0.5, [0.1, 0.2]), 2: _fake_run(0.6, [0.3, 0.4])}})["uniform"]
+  np.testing.assert_allclose(mean, [0.2, 0.3])
+  np.testing.assert_array_equal(steps, [0, 10])

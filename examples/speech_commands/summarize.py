@@ -91,8 +91,11 @@ def mean_curves(runs: dict[str, dict[int, dict]]) -> dict[str, tuple[np.ndarray,
   curves = {}
   for sampler, by_seed in runs.items():
     steps = [row["step"] for row in next(iter(by_seed.values()))["curve"]]
-    accuracies = np.array([[row["validation_accuracy"] for row in result["curve"]]
-                           for result in by_seed.values() if [row["step"] for row in result["curve"]] == steps])
+    mismatched = [seed for seed, result in by_seed.items() if [row["step"] for row in result["curve"]] != steps]
+    if mismatched:
+      raise ValueError(f"{sampler}: the runs of seeds {mismatched} were evaluated at other steps than seed "
+                       f"{next(iter(by_seed))}'s; keep runs of one config in one --runs_dir.")
+    accuracies = np.array([[row["validation_accuracy"] for row in result["curve"]] for result in by_seed.values()])
     std = accuracies.std(axis=0, ddof=1) if len(accuracies) > 1 else np.zeros(len(steps))
     curves[sampler] = (np.asarray(steps), accuracies.mean(axis=0), std)
   return curves

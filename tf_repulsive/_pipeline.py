@@ -82,11 +82,15 @@ class PipelineRuntime:
 
   def batch_indices(self, step: int) -> np.ndarray:
     """The `[k]` point indices of the batch drawn at global step `step` (pure; no counters)."""
-    return self._draw_indices(tf.constant(step, tf.int64)).numpy()
+    return self._draw(tf.constant(step, tf.int64))[0].numpy()
+
+  def fallback_points(self, step: int) -> int:
+    """How many points of the batch at `step` the fallback fill supplied (pure; no counters)."""
+    return int(self._draw(tf.constant(step, tf.int64))[1])
 
   @tf.function
-  def _draw_indices(self, step: tf.Tensor) -> tf.Tensor:
-    return self.drawer.draw(self.key, step)[0]
+  def _draw(self, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    return self.drawer.draw(self.key, step)
 
   def pi(self, step: int) -> np.ndarray | None:
     """pi over mingling values at `step` for Dense / Anneal PDS, else None."""
@@ -199,7 +203,7 @@ def batch_indices(sampler: _samplers.Sampler, step: int) -> np.ndarray:
 def _warn_if_first_batch_needs_the_fill(runtime: PipelineRuntime, batch_size: int) -> None:
   # A filled batch is still k distinct points, but partly uniform: say so once, at build time,
   # rather than let the repulsion weaken unnoticed.
-  fallback = int(runtime.drawer.draw(runtime.key, tf.constant(0, tf.int64))[1])
+  fallback = runtime.fallback_points(0)
   if fallback:
     cause = ("The radius is too large for this batch size on this data" if runtime.drawer.category_pi is None
              else "The radius is too large for this batch size on the points that pi favours at step 0")

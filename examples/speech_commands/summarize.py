@@ -37,7 +37,12 @@ import common  # noqa: E402
 FLAGS = flags.FlagValues()
 _RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/speech_commands", "Directory of the run directories.",
                                 flag_values=FLAGS)
-_ORDER = common.ALL_SAMPLER_NAMES
+
+
+def _in_sampler_order(names) -> list[str]:
+  """`names` with the known samplers first, in `common.ALL_SAMPLER_NAMES` order, then the rest sorted."""
+  known = [name for name in common.ALL_SAMPLER_NAMES if name in names]
+  return known + sorted(set(names) - set(known))
 
 
 def _mean_std(values: Sequence[float]) -> str:
@@ -65,7 +70,7 @@ def summary_table(runs: dict[str, dict[int, dict]]) -> str:
       "| paired Δ test vs uniform | paired Δ curve mean vs uniform | wall time per run (min) |",
       "|---|---|---|---|---|---|---|---|---|",
   ]
-  for sampler in sorted(runs, key=lambda name: (_ORDER.index(name) if name in _ORDER else len(_ORDER), name)):
+  for sampler in _in_sampler_order(runs):
     by_seed = runs[sampler]
     seeds = sorted(by_seed)
     curve_means = {seed: float(np.mean([row["validation_accuracy"] for row in by_seed[seed]["curve"]]))
@@ -124,7 +129,7 @@ def main(argv: Sequence[str]) -> None:
       for row in zip(steps, mean, std):
         writer.writerow([sampler, int(row[0]), f"{row[1]:.5f}", f"{row[2]:.5f}", len(runs[sampler])])
   figure, axes = plt.subplots(figsize=(7, 4.5))
-  for sampler in [name for name in _ORDER if name in curves] + sorted(set(curves) - set(_ORDER)):
+  for sampler in _in_sampler_order(curves):
     steps, mean, std = curves[sampler]
     axes.plot(steps, mean, label=f"{sampler} ({len(runs[sampler])} seeds)")
     axes.fill_between(steps, mean - std, mean + std, alpha=0.15)

@@ -10,13 +10,13 @@ from tf_repulsive._active_bias import ActiveBias
 from tf_repulsive._active_bias import ActiveBiasCallback
 from tf_repulsive._active_bias import ActiveBiasState
 from tf_repulsive._callback import AnnealingCallback
+from tf_repulsive._callback import BatchStreamCallback
 from tf_repulsive._kdpp import FastKDPP
 from tf_repulsive._kdpp import KDPP
 from tf_repulsive._mingling import mingling_index
+from tf_repulsive._pipeline import RepulsiveBatcher
 from tf_repulsive._pipeline import SamplingStats
-from tf_repulsive._pipeline import batch_indices
 from tf_repulsive._pipeline import repulsive_batch
-from tf_repulsive._pipeline import sampling_stats
 from tf_repulsive._samplers import AnnealPDS
 from tf_repulsive._samplers import DensePDS
 from tf_repulsive._samplers import EasyPDS
@@ -31,21 +31,22 @@ __version__ = "0.1.0"
 __all__ = (
     "ActiveBias",
     "ActiveBiasCallback",
-    "ActiveBiasState",    "AnnealPDS",
+    "ActiveBiasState",
+    "AnnealPDS",
     "AnnealingCallback",
+    "BatchStreamCallback",
     "DensePDS",
     "EasyPDS",
     "FastKDPP",
     "KDPP",
+    "RepulsiveBatcher",
     "Sampler",
     "SamplingStats",
     "Uniform",
     "VanillaPDS",
     "anneal_pi",
-    "batch_indices",
     "diagnostics",
     "mingling_index",
     "paper_schedule",
     "repulsive_batch",
-    "sampling_stats",
 )

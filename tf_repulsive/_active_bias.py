@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _callback
 from tf_repulsive import _pipeline
 from tf_repulsive import _samplers
 
@@ -99,20 +100,23 @@ class ActiveBias(_samplers.Sampler):
     return _WeightedDrawer(ActiveBiasState(context.features.shape[0]), context.batch_size)
 
 
-class ActiveBiasCallback(keras.callbacks.Callback):
+class ActiveBiasCallback(_callback.BatchStreamCallback):
   """Records p(true label | x) for every training example after each epoch; updates the weights.
+
+  Also starts the batch stream at the optimizer's step (see `BatchStreamCallback`), so it is the
+  only callback an ActiveBias pipeline needs.
 
   Differs from the paper in when predictions are recorded: once per epoch for all examples, in
   inference mode, rather than for the examples of each mini-batch during its training step. Every
   example then has the same history length and the weights change only between epochs, so all
-  batches of an epoch are drawn with one set of weights (with `fit` on the pipeline as given; with
-  `.repeat()` and `steps_per_epoch`, batches drawn ahead of an epoch's end use the old weights).
+  batches of an epoch are drawn with one set of weights, except those drawn ahead of the epoch's
+  end by prefetching, which use the old weights.
   """
 
-  def __init__(self, sampler: ActiveBias, from_logits: bool = True, batch_size: int = 1024,
+  def __init__(self, batcher: _pipeline.RepulsiveBatcher, from_logits: bool = True, batch_size: int = 1024,
                inputs: np.ndarray | tf.Tensor | None = None):
     """Args:
-      sampler: the ActiveBias sampler whose pipeline feeds `fit`.
+      batcher: the `repulsive_batch(..., ActiveBias())` batcher whose stream feeds `fit`.
       from_logits: whether the model outputs logits (else probabilities).
       batch_size: inference batch size for the per-epoch pass.
       inputs: the model inputs of the training examples, in dataset order, for the per-epoch
@@ -121,12 +125,12 @@ class ActiveBiasCallback(keras.callbacks.Callback):
         so that the stored elements are not what the model takes.
 
     Raises:
-      TypeError: if `sampler` is not an ActiveBias sampler.
+      TypeError: if `batcher` is not a batcher of an ActiveBias sampler.
     """
-    super().__init__()
-    if not isinstance(sampler, ActiveBias):
-      raise TypeError(f"`sampler` must be an ActiveBias sampler; got {sampler!r}.")
-    self._sampler = sampler
+    super().__init__(batcher)
+    if not isinstance(batcher.sampler, ActiveBias):
+      raise TypeError(f"`batcher` must sample with ActiveBias(); it samples with {batcher.sampler!r}.")
+    self._sampler = batcher.sampler
     self._from_logits = from_logits
     self._batch_size = batch_size
     self._inputs = inputs
@@ -134,27 +138,28 @@ class ActiveBiasCallback(keras.callbacks.Callback):
   @property
   def state(self) -> ActiveBiasState:
     """The checkpointable history and weights (available once the pipeline is built)."""
-    return _pipeline.runtime_for(self._sampler).drawer.state
+    return self._batcher.drawer.state
 
   def on_train_begin(self, logs=None):
+    super().on_train_begin(logs)
     self._training_inputs()  # Fails before the first epoch rather than after it.
 
   def _training_inputs(self):
-    runtime = _pipeline.runtime_for(self._sampler)
+    batcher = self._batcher
     if self._inputs is None:
-      if not isinstance(runtime.elements, tuple) or len(runtime.elements) < 2:
+      if not isinstance(batcher.elements, tuple) or len(batcher.elements) < 2:
         raise ValueError("ActiveBiasCallback needs (x, y) elements with the model input first, or "
                          "the model inputs of the training examples as `inputs`.")
-      return runtime.elements[0]
+      return batcher.elements[0]
     num_inputs = int(tf.nest.flatten(self._inputs)[0].shape[0])
-    if num_inputs != len(runtime.labels):
+    if num_inputs != len(batcher.labels):
       raise ValueError(f"`inputs` holds {num_inputs} examples but the sampled dataset has "
-                       f"{len(runtime.labels)}; pass the model inputs of every training example, "
+                       f"{len(batcher.labels)}; pass the model inputs of every training example, "
                        "in dataset order.")
     return self._inputs
 
   def on_epoch_end(self, epoch, logs=None):
-    inputs, labels = self._training_inputs(), _pipeline.runtime_for(self._sampler).labels
+    inputs, labels = self._training_inputs(), self._batcher.labels
     outputs = self.model.predict(inputs, batch_size=self._batch_size, verbose=0)
     probabilities = tf.nn.softmax(outputs).numpy() if self._from_logits else np.asarray(outputs)
     true_class = probabilities[np.arange(len(labels)), labels].astype(np.float64)

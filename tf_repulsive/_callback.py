@@ -1,4 +1,4 @@
-"""`AnnealingCallback`: ties the sampler's step to the optimizer's and logs what it samples."""
+"""Keras callbacks that start a batch stream at the optimizer's step; `AnnealingCallback` logs it."""
 
 from __future__ import annotations
 
@@ -6,67 +6,133 @@ import keras
 import numpy as np
 
 from tf_repulsive import _pipeline
-from tf_repulsive import _samplers
 
 
-class AnnealingCallback(keras.callbacks.Callback):
-  """Makes the batch of optimizer step n the sampler's draw for step n, and logs pi and mingling.
+class BatchStreamCallback(keras.callbacks.Callback):
+  """Makes the batch of optimizer step n the draw of step n in `fit` (base of the package's callbacks).
 
-  At the start of `fit` the pipeline's step clock is set to `optimizer.iterations`, so the first
-  batch of the run is drawn for that step (also after resuming from a checkpoint) and, since every
-  batch is drawn for the step that consumes it, Anneal PDS uses pi_n exactly at step n whatever
-  is prefetched. It adds to the epoch logs (and with `log_batches=True` to every batch's logs)
+  When `fit` starts its first epoch (after every callback's `on_train_begin`, so after
+  `BackupAndRestore` has restored the optimizer, whatever the order of the callbacks), the
+  batcher's stream is started at `optimizer.iterations`. After the first batch it checks that the
+  stream did start there, and raises if it did not (a stream running out of the callback's reach,
+  such as on tf.data service workers, or a fixed `start_step` that does not match the optimizer).
+
+  `fit` must be given `steps_per_epoch` (the stream is unbounded): `batcher.steps_per_epoch` for
+  one pass's worth of batches per epoch.
+  """
+
+  def __init__(self, batcher: _pipeline.RepulsiveBatcher):
+    super().__init__()
+    if not isinstance(batcher, _pipeline.RepulsiveBatcher):
+      raise TypeError(
+          f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
+    self._batcher = batcher
+    self._fit_start: int | None = None
+    if batcher.start_step is None:
+      # A stream Keras opens before `on_train_begin` (to build a model under a distribution
+      # strategy) is thrown away; it only needs a start to open.
+      batcher.start_at(0)
+
+  def _optimizer_step(self) -> int:
+    return int(np.asarray(self.model.optimizer.iterations))
+
+  def on_train_begin(self, logs=None):
+    if self.params.get("steps") is None:
+      raise ValueError(
+          "repulsive_batch gives an unbounded stream of batches: pass "
+          "steps_per_epoch=batcher.steps_per_epoch (or any number of steps) to fit.")
+    self._batcher.steps_per_epoch  # Raises now if the batcher was never applied to a dataset.
+    self._fit_start = None
+
+  def on_epoch_begin(self, epoch, logs=None):
+    if self._fit_start is not None:
+      return  # `fit` keeps one iterator for all epochs of a finite steps_per_epoch.
+    step = self._optimizer_step()
+    fixed = self._batcher.start_step
+    if fixed is None:
+      self._batcher.start_at(step)
+    elif fixed != step:
+      raise ValueError(
+          f"the batcher's stream starts at the fixed start_step={fixed} but the optimizer is at "
+          f"step {step}: the batches would not be the draws of their steps. Build the batcher "
+          "with start_step=None so that this callback starts it at the optimizer's step.")
+    self._fit_start = step
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self._fit_start is None or batch != 0:
+      return
+    started = self._batcher.last_start()
+    if started != self._fit_start:
+      raise RuntimeError(
+          f"the batch stream did not start at the optimizer's step {self._fit_start} "
+          f"({'it started at ' + str(started) if started is not None else 'no start was recorded'}): "
+          "it runs where the callback cannot reach it (for example on tf.data service workers). "
+          "Build the batcher with start_step=<the optimizer's step> before distributing it.")
+
+
+class AnnealingCallback(BatchStreamCallback):
+  """Starts the batch stream at the optimizer's step and logs pi and the mingling mix.
+
+  Does what `BatchStreamCallback` does (the batch of optimizer step n is draw n, also when training
+  resumes), and adds to the epoch logs (and with `log_batches=True` to every batch's logs):
 
   * `sampler_pi_<m>`: pi over mingling value m/K at the last step (Dense / Anneal PDS);
   * `sampler_mingling_<m>`: fraction of the batches with mingling value m/K (samplers with
     labels): the epoch's mean in epoch logs, the batch's own in batch logs;
   * `sampler_fallback_batches`: batches drawn so far whose darts ran out before they were full.
 
-  Put it before `keras.callbacks.TensorBoard` in `callbacks` so TensorBoard plots these. It needs
-  the training data to be the `repulsive_batch` pipeline of `sampler`, iterated from the start of
-  an epoch when `fit` starts (as `fit` does with a dataset it is given).
+  Put it before `keras.callbacks.TensorBoard` in `callbacks` so TensorBoard plots these; its place
+  relative to `BackupAndRestore` does not matter.
+
+  Args:
+    batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
+    log_batches: also log every batch (recomputes each batch's draw: about one extra draw per
+      step); for TensorBoard with `update_freq="batch"`.
+
+  Example:
+
+  >>> import keras, numpy as np, tensorflow as tf, tf_repulsive
+  >>> x = np.random.default_rng(0).normal(size=(200, 2)).astype("float32")
+  >>> y = (x[:, 0] > 0).astype("int64")
+  >>> batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS(), seed=0)
+  >>> batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+  >>> model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  >>> history = model.fit(batches, epochs=2, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
+  ...                     callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  >>> int(model.optimizer.iterations), "sampler_pi_0" in history.history
+  (20, True)
+
+  Raises:
+    TypeError: if `batcher` is not a `RepulsiveBatcher`.
   """
 
-  def __init__(self, sampler: _samplers.Sampler, log_batches: bool = False):
-    """Args:
-      sampler: the sampler whose pipeline feeds `fit`.
-      log_batches: also log every batch (recomputes each batch's draw: about one extra draw per
-        step); for TensorBoard with `update_freq="batch"`.
-
-    Raises:
-      TypeError: if `sampler` is not a tf_repulsive sampler.
-    """
-    super().__init__()
-    if not isinstance(sampler, _samplers.Sampler):
-      raise TypeError(f"`sampler` must be a tf_repulsive sampler; got {sampler!r}.")
-    self._sampler = sampler
+  def __init__(self, batcher: _pipeline.RepulsiveBatcher, log_batches: bool = False):
+    super().__init__(batcher)
     self._log_batches = log_batches
     self._epoch_first_step = 0
 
-  def _next_step(self) -> int:
-    return int(np.asarray(self.model.optimizer.iterations))
-
-  def on_train_begin(self, logs=None):
-    _pipeline.runtime_for(self._sampler).clock.assign(self._next_step())
-
   def on_epoch_begin(self, epoch, logs=None):
-    self._epoch_first_step = self._next_step()
+    super().on_epoch_begin(epoch, logs)
+    self._epoch_first_step = self._optimizer_step()
 
   def on_train_batch_end(self, batch, logs=None):
+    super().on_train_batch_end(batch, logs)
     if self._log_batches and logs is not None:
-      step = self._next_step() - 1
+      step = self._optimizer_step() - 1
       self._log(logs, step, [step])
 
   def on_epoch_end(self, epoch, logs=None):
     if logs is not None:
-      self._log(logs, self._next_step() - 1, range(self._epoch_first_step, self._next_step()))
+      self._log(logs, self._optimizer_step() - 1, range(self._epoch_first_step, self._optimizer_step()))
 
   def _log(self, logs, last_step, steps):
-    runtime = _pipeline.runtime_for(self._sampler)
-    pi = runtime.pi(last_step)
+    batcher = self._batcher
+    pi = batcher.pi(last_step)
     if pi is not None:
       logs.update({f"sampler_pi_{m}": float(p) for m, p in enumerate(pi)})
-    if runtime.categories is not None and len(steps):
-      composition = np.mean([runtime.composition(step) for step in steps], axis=0)
+    compositions = [batcher.composition(step) for step in steps]
+    if compositions and compositions[0] is not None:
+      composition = np.mean(compositions, axis=0)
       logs.update({f"sampler_mingling_{m}": float(c) for m, c in enumerate(composition)})
-    logs["sampler_fallback_batches"] = float(runtime.stats().fallback_batches)
+    logs["sampler_fallback_batches"] = float(batcher.stats().fallback_batches)

@@ -1,4 +1,9 @@
-"""`repulsive_batch`: the tf.data transformation that draws each mini-batch from a point process."""
+"""`repulsive_batch`: the tf.data transformation that draws each mini-batch from a point process.
+
+The batches are a map over a stream of step numbers: the batch of step n is a pure function of
+(seed, n), and n itself is data (a `Dataset.range` position), so iterator checkpoints, tf.data
+service and `tf.distribute` carry it like any other element.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import math
 import numbers
 import random
 import warnings
-import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -21,28 +25,32 @@ _READ_CHUNK = 4096
 _DEFAULT_MAX_ELEMENTS = 10_000_000
 _DEFAULT_DISTANCE_CACHE_BYTES = 512 * 2**20
 _KEY_SALT = 0x5EED
-
-# The runtime (step clock, statistics, draw function) of the pipeline each sampler drives.
-_RUNTIMES: "weakref.WeakKeyDictionary[_samplers.Sampler, PipelineRuntime]" = weakref.WeakKeyDictionary()
+# Steps are int64. The step range repeats past this bound, which no training reaches, so that the
+# stream's cardinality is infinite (Keras then asks for steps_per_epoch instead of waiting for an end).
+_LAST_STEP = 2**62
+_UNSET = -1
+_NO_START_MESSAGE = (
+    "repulsive_batch: the batch stream does not know its first step. In model.fit add "
+    "tf_repulsive.AnnealingCallback(batcher) to the callbacks (it starts the stream at the "
+    "optimizer's step, also when training resumes); elsewhere build the batcher with "
+    "repulsive_batch(..., start_step=N).")
 
 
 @dataclasses.dataclass(frozen=True)
 class SamplingStats:
-  """Counters of a pipeline since it was built (not part of iterator checkpoints).
+  """Counters of a pipeline's draws in this process (not part of iterator checkpoints).
 
   Attributes:
-    batches: batches drawn.
+    batches: batches drawn (including any drawn ahead by prefetching).
     fallback_batches: batches the darts could not fill within `max_darts` (radius too large for
       the data near the packing limit); their remaining slots were filled uniformly at random.
     fallback_points: points supplied by that fill, over all batches.
-    next_epoch_step: global step n at which the next epoch (new iterator) will start.
     radius: the disk radius in use (the estimate when the sampler's is None); None without disks.
   """
 
   batches: int
   fallback_batches: int
   fallback_points: int
-  next_epoch_step: int
   radius: float | None
 
 
@@ -55,163 +63,311 @@ class _Materialized:
   labels: np.ndarray | None  # [N] int64
 
 
-class PipelineRuntime:
-  """State shared by every iterator of one `repulsive_batch` pipeline.
+class _Built:
+  """What applying a batcher to a dataset produced: the data, the drawer and its counters."""
 
-  The step clock holds the global step at which the next iteration (epoch) starts. An iteration
-  reads its start step from the clock and moves the clock past its block of steps. The start step
-  is part of the iterator's state and restoring an iterator moves the clock past its block again,
-  so a restored iterator continues with exactly the steps (hence batches) it would have drawn,
-  and the iterations after it follow on.
-  """
-
-  def __init__(self, drawer: _samplers.BatchDrawer, elements: Any, labels: np.ndarray | None,
-               categories: np.ndarray | None, num_categories: int, radius: float | None, seed: int,
-               steps_per_epoch: int):
+  def __init__(self, drawer: _samplers.BatchDrawer, data: _Materialized, categories: np.ndarray | None,
+               num_categories: int, radius: float | None):
     self.drawer = drawer
-    self.elements = elements  # the materialised input: nested numpy arrays, leading dimension N
-    self.labels = labels
+    self.elements = data.elements
+    # Created once, outside the dataset functions, so that the functions capture them as inputs.
+    self.element_tensors = tf.nest.map_structure(tf.constant, data.elements)
+    self.labels = data.labels
+    self.num_points = data.features.shape[0]
+    self.categories = categories
     self.num_categories = num_categories
     self.radius = radius
-    self.steps_per_epoch = steps_per_epoch
-    self.key = tf.constant([seed, _KEY_SALT], tf.int64)
-    self.categories = categories
-    self.clock = tf.Variable(0, dtype=tf.int64, trainable=False, name="repulsive_step_clock")
     # Batches drawn, batches that needed the fallback fill, points the fill supplied.
-    self._counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False)
+    self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False)
+
+
+class RepulsiveBatcher:
+  """A `repulsive_batch` pipeline: what `Dataset.apply` takes, and the handle to its batches.
+
+  `dataset.apply(batcher)` reads the dataset once and returns the stream of its batches: the batch
+  of step n, n = s, s + 1, ..., is one draw of the sampler over the whole dataset, a pure function
+  of (seed, n). The stream is unbounded; one epoch is `steps_per_epoch` = ceil(N / batch_size)
+  steps (pass it to `model.fit`). Where the stream starts (s):
+
+  * `start_step=N`: at N, fixed;
+  * `start_step=None` (default): where `AnnealingCallback(batcher)` says, the optimizer's step when
+    `fit` starts iterating; iterating such a stream without the callback raises.
+
+  A batcher applies to one dataset. `batcher.per_replica(input_context)` is the form for
+  `tf.distribute.Strategy.distribute_datasets_from_function`: each replica gets its slice of the
+  one global draw of `batch_size` elements.
+  """
+
+  def __init__(self, batch_size: int, sampler: _samplers.Sampler, *, feature_fn, label_fn, seed: int,
+               start_step: int | None, max_elements: int, distance_cache_bytes: int):
+    self.batch_size = batch_size
+    self.sampler = sampler
+    self.seed = seed
+    self.start_step = start_step
+    self._feature_fn = feature_fn
+    self._label_fn = label_fn
+    self._max_elements = max_elements
+    self._distance_cache_bytes = distance_cache_bytes
+    self._key = tf.constant([seed, _KEY_SALT], tf.int64)
+    self._built: _Built | None = None
+    if start_step is None:
+      # Where the next stream starts, and where the last one that began here did start: a stream
+      # that runs out of reach (tf.data service) leaves the second unset, and the callback says so.
+      self._next_start = tf.Variable(_UNSET, dtype=tf.int64, trainable=False, name="repulsive_next_start")
+      self._last_start = tf.Variable(_UNSET, dtype=tf.int64, trainable=False, name="repulsive_last_start")
+
+  def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """The stream of global batches of `dataset` (what `Dataset.apply` calls)."""
+    built = self._build(dataset)
+    return self._finish(self._steps().map(
+        lambda step: self._gather(built, self._draw_counted(built, step)),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
+
+  def per_replica(self, input_context: tf.distribute.InputContext) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
+    """The form of this batcher for `distribute_datasets_from_function`.
+
+    Returns a function for `Dataset.apply` whose stream holds, for each step, this input
+    pipeline's replicas' slices of the global draw, in replica order (the order in which the
+    strategy hands elements to its local replicas): replica r of step n gets elements
+    r·b ... (r + 1)·b − 1 of draw n, b = batch_size / num_replicas_in_sync.
+
+    Args:
+      input_context: the `tf.distribute.InputContext` the strategy passes to the dataset function.
+
+    Raises:
+      TypeError: if `input_context` is not an InputContext.
+      ValueError: if batch_size is not a multiple of the number of replicas.
+    """
+    if not isinstance(input_context, tf.distribute.InputContext):
+      raise TypeError(f"`input_context` must be a tf.distribute.InputContext; got {input_context!r}.")
+    replicas = input_context.num_replicas_in_sync
+    pipelines = input_context.num_input_pipelines
+    if self.batch_size % replicas or replicas % pipelines:
+      raise ValueError(
+          f"`batch_size` = {self.batch_size} (the global batch) must be a multiple of the "
+          f"{replicas} replicas in sync, spread evenly over {pipelines} input pipelines.")
+    local = replicas // pipelines
+    first = input_context.input_pipeline_id * local
+    per_replica = self.batch_size // replicas
+
+    def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
+      built = self._build(dataset)
+
+      def draw_slices(step):
+        indices = tf.reshape(self._draw_counted(built, step), [replicas, per_replica])[first:first + local]
+        return self._gather(built, indices)
+
+      return self._finish(self._steps().map(
+          draw_slices, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch())
+
+    return apply
+
+  # The handle: what callbacks, diagnostics and users ask of a built pipeline.
+
+  @property
+  def steps_per_epoch(self) -> int:
+    """ceil(N / batch_size): the steps of one epoch (for `model.fit(steps_per_epoch=...)`)."""
+    return math.ceil(self._require_built().num_points / self.batch_size)
+
+  @property
+  def num_points(self) -> int:
+    """N, the number of elements the batches are drawn from."""
+    return self._require_built().num_points
+
+  @property
+  def elements(self) -> Any:
+    """The materialised elements: nested numpy arrays with leading dimension N."""
+    return self._require_built().elements
+
+  @property
+  def labels(self) -> np.ndarray | None:
+    """`[N]` int64 labels, for samplers that need them; else None."""
+    return self._require_built().labels
+
+  @property
+  def drawer(self) -> _samplers.BatchDrawer:
+    """The sampler's per-dataset draw (see `Sampler.build`)."""
+    return self._require_built().drawer
 
   def batch_indices(self, step: int) -> np.ndarray:
-    """The `[k]` point indices of the batch drawn at global step `step` (pure; no counters)."""
-    return self._draw(tf.constant(step, tf.int64))[0].numpy()
+    """The dataset indices of the global batch of step `step` (pure: the pipeline is not touched).
+
+    Args:
+      step: the global step n (>= 0).
+
+    Returns:
+      `[batch_size]` int32 array of distinct indices into the input dataset, in acceptance order.
+
+    Raises:
+      TypeError, ValueError: for a step that is not an int >= 0, or a batcher not applied yet.
+    """
+    _check_step(step)
+    return self._draw_once(tf.constant(step, tf.int64))[0].numpy()
 
   def fallback_points(self, step: int) -> int:
-    """How many points of the batch at `step` the fallback fill supplied (pure; no counters)."""
-    return int(self._draw(tf.constant(step, tf.int64))[1])
-
-  @tf.function
-  def _draw(self, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    return self.drawer.draw(self.key, step)
+    """How many points of the batch of `step` the fallback fill supplied (pure)."""
+    _check_step(step)
+    return int(self._draw_once(tf.constant(step, tf.int64))[1])
 
   def pi(self, step: int) -> np.ndarray | None:
     """pi over mingling values at `step` for Dense / Anneal PDS, else None."""
-    if self.drawer.category_pi is None:
+    category_pi = self._require_built().drawer.category_pi
+    if category_pi is None:
       return None
-    pi = self.drawer.category_pi(tf.constant(step, tf.int64))
-    return np.asarray(pi, dtype=np.float64) / float(np.sum(pi))
+    pi = np.asarray(category_pi(tf.constant(step, tf.int64)), dtype=np.float64)
+    return pi / pi.sum()
 
   def composition(self, step: int) -> np.ndarray | None:
-    """Fraction of the batch at `step` per mingling value, when mingling values are known."""
-    if self.categories is None:
+    """Fraction of the batch of `step` per mingling value, for samplers that compute them."""
+    built = self._require_built()
+    if built.categories is None:
       return None
-    counts = np.bincount(self.categories[self.batch_indices(step)], minlength=self.num_categories)
+    counts = np.bincount(built.categories[self.batch_indices(step)], minlength=built.num_categories)
     return counts / counts.sum()
 
   def stats(self) -> SamplingStats:
-    batches, fallback_batches, fallback_points = self._counters.numpy().tolist()
-    return SamplingStats(
-        batches=batches,
-        fallback_batches=fallback_batches,
-        fallback_points=fallback_points,
-        next_epoch_step=int(self.clock.numpy()),
-        radius=self.radius)
+    """Counters of the draws this pipeline made in this process."""
+    built = self._require_built()
+    batches, fallback_batches, fallback_points = built.counters.numpy().tolist()
+    return SamplingStats(batches=batches, fallback_batches=fallback_batches,
+                         fallback_points=fallback_points, radius=built.radius)
 
-  def dataset(self) -> tf.data.Dataset:
-    """The batch dataset: `steps_per_epoch` batches per iteration, each a gather of the elements."""
-    steps = self.steps_per_epoch
-    elements = tf.nest.map_structure(tf.constant, self.elements)
+  def start_at(self, step: int) -> None:
+    """Makes the next stream of this batcher (a new iterator) start at `step`.
 
-    def epoch_start(_):
-      return self.clock.read_value()
+    For batchers built with `start_step=None`; `AnnealingCallback` calls it with the optimizer's
+    step. A stream already running is not affected: its position is its own (and its checkpoint's).
 
-    def draw_batch(step):
-      indices, fallback = self.drawer.draw(self.key, step)
-      fallback = tf.cast(fallback, tf.int64)
-      counted = self._counters.assign_add(
-          tf.stack([tf.constant(1, tf.int64), tf.minimum(fallback, 1), fallback]))
-      with tf.control_dependencies([counted]):
-        return tf.nest.map_structure(lambda component: tf.gather(component, indices), elements)
+    Raises:
+      ValueError: for a batcher with a fixed `start_step`, or a step < 0.
+    """
+    _check_step(step)
+    if self.start_step is not None:
+      raise ValueError(
+          f"this batcher's stream starts at the fixed start_step={self.start_step}; build it "
+          "with start_step=None to start it elsewhere.")
+    self._last_start.assign(_UNSET)
+    self._next_start.assign(step)
 
-    # Runs when an iteration starts and again when a saved iterator is restored (flat_map
-    # rebuilds its inner dataset from the saved start step), so the clock always points past the
-    # iteration in progress. The parallel map sits inside, so batches drawn ahead of the consumer
-    # keep the iteration in progress until they are consumed.
-    def epoch_batches(start):
-      with tf.control_dependencies([self.clock.assign(start + steps)]):
-        end = tf.identity(start + steps)
-      return tf.data.Dataset.range(start, end).map(
-          draw_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  def last_start(self) -> int | None:
+    """The step at which the last stream started in this process (fixed start: `start_step`)."""
+    if self.start_step is not None:
+      return self.start_step
+    value = int(self._last_start.numpy())
+    return None if value == _UNSET else value
 
+  # Building.
+
+  def _require_built(self) -> _Built:
+    if self._built is None:
+      raise ValueError(
+          "this batcher has not been applied to a dataset yet: build the pipeline with "
+          "dataset.apply(batcher) first.")
+    return self._built
+
+  def _build(self, dataset: tf.data.Dataset) -> _Built:
+    if not isinstance(dataset, tf.data.Dataset):
+      raise TypeError(f"repulsive_batch applies to a tf.data.Dataset; got {type(dataset).__name__}.")
+    if self._built is not None:
+      raise ValueError(
+          "this batcher already drives a pipeline; call tf_repulsive.repulsive_batch(...) again "
+          "for another dataset (a sampler may configure any number of batchers).")
+    sampler = self.sampler
+    data = _materialize(dataset, self._feature_fn, self._label_fn, sampler.needs_labels, self._max_elements)
+    num_points = data.features.shape[0]
+    if self.batch_size > num_points:
+      raise ValueError(
+          f"`batch_size` = {self.batch_size} exceeds the dataset size N = {num_points}; a batch "
+          "holds distinct elements.")
+    categories = None
+    if sampler.uses_mingling:
+      if not sampler.neighbors < num_points:
+        raise ValueError(
+            f"`neighbors` = {sampler.neighbors} must be < N = {num_points}; use fewer neighbours.")
+      categories = _mingling.mingling_disagreements(data.features, data.labels, sampler.neighbors)
+    radius = None
+    if sampler.has_disk:
+      radius = sampler.radius
+      if radius is None:
+        radius = _radius.half_median_distance(data.features) if num_points > 1 else 0.0
+    drawer = sampler.build(_samplers.SamplingContext(
+        features=data.features, labels=data.labels, categories=categories,
+        batch_size=self.batch_size, radius=radius, distance_cache_bytes=self._distance_cache_bytes))
+    self._built = _Built(drawer, data, categories,
+                         num_categories=sampler.neighbors + 1 if sampler.uses_mingling else 0,
+                         radius=radius)
+    if sampler.has_disk:
+      self._warn_if_first_batch_needs_the_fill()
+    return self._built
+
+  @tf.function
+  def _draw_once(self, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    return self._built.drawer.draw(self._key, step)
+
+  def _draw_counted(self, built: _Built, step: tf.Tensor) -> tf.Tensor:
+    indices, fallback = built.drawer.draw(self._key, step)
+    fallback = tf.cast(fallback, tf.int64)
+    counted = built.counters.assign_add(tf.stack([tf.constant(1, tf.int64), tf.minimum(fallback, 1), fallback]))
+    with tf.control_dependencies([counted]):
+      return tf.identity(indices)
+
+  @staticmethod
+  def _gather(built: _Built, indices: tf.Tensor) -> Any:
+    return tf.nest.map_structure(lambda component: tf.gather(component, indices), built.element_tensors)
+
+  def _steps(self) -> tf.data.Dataset:
+    """The stream of step numbers: a `Dataset.range` (splittable, checkpointed) plus the start."""
+    if self.start_step is not None:
+      return tf.data.Dataset.range(self.start_step, _LAST_STEP).repeat()
+    next_start, last_start = self._next_start, self._last_start
+
+    # The start is read once, at the stream's first element, and then kept in the scan state,
+    # which iterator checkpoints save: a restored stream continues from its own start.
+    def locate(start, offset):
+      def read_start():
+        value = next_start.read_value()
+        known = tf.debugging.assert_non_negative(value, message=_NO_START_MESSAGE)
+        with tf.control_dependencies([known]):
+          recorded = last_start.assign(value)
+        with tf.control_dependencies([recorded]):
+          return tf.identity(value)
+
+      start = tf.cond(start < 0, read_start, lambda: start)
+      return start, start + offset
+
+    return tf.data.Dataset.range(_LAST_STEP).repeat().scan(tf.constant(_UNSET, tf.int64), locate)
+
+  @staticmethod
+  def _finish(batches: tf.data.Dataset) -> tf.data.Dataset:
     options = tf.data.Options()
-    # The clock is a variable: its value is not in iterator checkpoints, and need not be, since
-    # each iteration's start step is (see the class docstring).
+    # The counters (and the start of a callback-started stream) are variables; their values are
+    # not in iterator checkpoints and need not be: the stream's position and start are.
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    return (tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
-            .map(epoch_start)
-            .flat_map(epoch_batches)
-            .apply(tf.data.experimental.assert_cardinality(steps))
-            .with_options(options))
+    # Sharding the step stream by element would hand workers whole batches of different steps;
+    # `per_replica` shards each step's draw instead.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return batches.with_options(options)
+
+  def _warn_if_first_batch_needs_the_fill(self) -> None:
+    # A filled batch is still k distinct points, but partly uniform: say so once, at build time,
+    # rather than let the repulsion weaken unnoticed.
+    built = self._built
+    fallback = self.fallback_points(0)
+    if fallback:
+      cause = ("The radius is too large for this batch size on this data" if built.drawer.category_pi is None
+               else "The radius is too large for this batch size on the points that pi favours at step 0")
+      warnings.warn(
+          f"the darts filled only {self.batch_size - fallback} of {self.batch_size} points of the "
+          f"first batch with disks of radius {built.radius:.4g}; a uniform fill supplied the other "
+          f"{fallback}. {cause}: pass a smaller `radius` to the sampler (or raise `max_darts` if "
+          "the disks do fit).", RuntimeWarning, stacklevel=5)
 
 
-def runtime_for(sampler: _samplers.Sampler) -> PipelineRuntime:
-  """The runtime of the pipeline `sampler` drives; raises if it drives none."""
-  runtime = _RUNTIMES.get(sampler)
-  if runtime is None:
-    raise ValueError(
-        f"{type(sampler).__name__} instance has not been applied to a dataset: build the pipeline "
-        "with dataset.apply(tf_repulsive.repulsive_batch(batch_size, sampler)) first.")
-  return runtime
-
-
-def sampling_stats(sampler: _samplers.Sampler) -> SamplingStats:
-  """Counters of the pipeline `sampler` drives: batches drawn and how many needed the fallback fill.
-
-  Args:
-    sampler: a sampler already passed to `repulsive_batch` and applied to a dataset.
-
-  Returns:
-    A `SamplingStats` snapshot.
-
-  Raises:
-    ValueError: if the sampler drives no pipeline.
-  """
-  return runtime_for(sampler).stats()
-
-
-def batch_indices(sampler: _samplers.Sampler, step: int) -> np.ndarray:
-  """The dataset indices of the batch `sampler`'s pipeline draws at global step `step`.
-
-  Batches are a pure function of (seed, step): this recomputes one without touching the pipeline,
-  e.g. to inspect what a training step saw or to collect many draws for diagnostics.
-
-  Args:
-    sampler: a sampler already passed to `repulsive_batch` and applied to a dataset.
-    step: the global step n (>= 0).
-
-  Returns:
-    `[batch_size]` int32 array of distinct indices into the input dataset, in acceptance order.
-
-  Raises:
-    ValueError: if the sampler drives no pipeline or `step` < 0.
-  """
+def _check_step(step: Any) -> None:
   if isinstance(step, bool) or not isinstance(step, numbers.Integral):
     raise TypeError(f"`step` must be an int; got {step!r}.")
   if step < 0:
     raise ValueError(f"`step` must be >= 0; got {step}.")
-  return runtime_for(sampler).batch_indices(step)
-
-
-def _warn_if_first_batch_needs_the_fill(runtime: PipelineRuntime, batch_size: int) -> None:
-  # A filled batch is still k distinct points, but partly uniform: say so once, at build time,
-  # rather than let the repulsion weaken unnoticed.
-  fallback = runtime.fallback_points(0)
-  if fallback:
-    cause = ("The radius is too large for this batch size on this data" if runtime.drawer.category_pi is None
-             else "The radius is too large for this batch size on the points that pi favours at step 0")
-    warnings.warn(
-        f"the darts filled only {batch_size - fallback} of {batch_size} points of the first batch "
-        f"with disks of radius {runtime.radius:.4g}; a uniform fill supplied the other {fallback}. "
-        f"{cause}: pass a smaller `radius` to the sampler (or raise `max_darts` if the disks do "
-        "fit).", RuntimeWarning, stacklevel=4)
 
 
 def _call_like_map(fn: Callable[..., Any], element: Any) -> Any:
@@ -256,7 +412,7 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
   if cardinality == tf.data.INFINITE_CARDINALITY:
     raise ValueError(
         "the input dataset is infinite; repulsive_batch draws from a finite dataset. Apply it "
-        "before .repeat().")
+        "before .repeat() (its batch stream is unbounded by itself).")
   for spec in tf.nest.flatten(dataset.element_spec):
     if not isinstance(spec, tf.TensorSpec):
       raise TypeError(
@@ -313,39 +469,55 @@ def repulsive_batch(
     feature_fn: Callable[..., tf.Tensor] | None = None,
     label_fn: Callable[..., tf.Tensor] | None = None,
     seed: int | None = None,
+    start_step: int | None = None,
     max_elements: int = _DEFAULT_MAX_ELEMENTS,
     distance_cache_bytes: int = _DEFAULT_DISTANCE_CACHE_BYTES,
-) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
+) -> RepulsiveBatcher:
   """Draws every mini-batch of a finite dataset from a repulsive point process.
 
   For use with `tf.data.Dataset.apply`. The input is read into memory once (with feature vectors,
-  labels, mingling values and the radius estimate: one-time preprocessing); then every batch is
-  one draw of `sampler` over the whole dataset, as TensorFlow graph ops with stateless randomness
-  keyed by `(seed, n)`, n the global step. One iteration (epoch) yields ceil(N / batch_size)
-  batches with the structure `Dataset.batch` gives and a static leading dimension `batch_size`;
-  each new iteration continues the step count, so epochs differ; `.repeat()` goes on.
+  labels, mingling values and the radius estimate: one-time preprocessing); then the batch of
+  global step n is one draw of `sampler` over the whole dataset, as TensorFlow graph ops with
+  stateless randomness keyed by `(seed, n)`. The result is an unbounded stream of batches (steps
+  s, s + 1, ...) with the structure `Dataset.batch` gives and a static leading dimension
+  `batch_size`; one epoch is `batcher.steps_per_epoch` steps.
+
+  Example:
+
+  >>> import numpy as np, tensorflow as tf, tf_repulsive
+  >>> points = tf.data.Dataset.from_tensor_slices(np.arange(100, dtype=np.float32)[:, None])
+  >>> batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.VanillaPDS(radius=3.0), seed=0,
+  ...                                        start_step=0)
+  >>> batches = points.apply(batcher)
+  >>> first = next(iter(batches)).numpy().ravel()
+  >>> bool(np.all(np.diff(np.sort(first)) >= 3.0)), batcher.steps_per_epoch
+  (True, 10)
 
   Args:
-    batch_size: k, the number of distinct elements per batch; 1 <= k <= N.
-    sampler: `Uniform()`, `VanillaPDS()`, `EasyPDS()`, `DensePDS(pi)` or `AnnealPDS()`. An instance
-      drives one pipeline; create a new one per pipeline.
+    batch_size: k, the number of distinct elements per batch (the global batch); 1 <= k <= N.
+    sampler: `Uniform()`, `VanillaPDS()`, `EasyPDS()`, `DensePDS(pi)`, `AnnealPDS()`, `KDPP()`,
+      `FastKDPP()` or `ActiveBias()`: a configuration, reusable across batchers.
     feature_fn: called like a `Dataset.map` function on an element; returns the vector distances
-      are measured in (Euclidean). Default: the first component, flattened, as float32.
-    label_fn: likewise, returns the integer class label the mingling-index samplers need.
+      are measured in. Default: the first component, flattened, as float32.
+    label_fn: likewise, returns the integer class id, for the samplers that need labels.
       Default: the last component.
     seed: seed of the batch draws; None picks one at random (batches differ run to run).
+    start_step: the step of the stream's first batch. None (default): set by
+      `AnnealingCallback(batcher)` to the optimizer's step when `fit` starts; iterating without
+      the callback raises. An int: fixed (custom loops, tf.data service).
     max_elements: bound on how many elements are read; more raises (guards unknown-size inputs).
     distance_cache_bytes: when the N x N float32 squared-distance matrix fits in this many bytes
       (default 512 MiB: N up to ~11,500), it is computed once and disk tests become lookups;
       otherwise each batch computes its distances from the features (Gram blocks). 0 disables.
 
   Returns:
-    A function from the input dataset to the batch dataset.
+    The `RepulsiveBatcher`: `dataset.apply(batcher)` gives the batches; the batcher is the handle
+    for `steps_per_epoch`, `batch_indices(step)`, `stats()` and the callbacks.
 
   Raises:
     TypeError: for arguments of the wrong type, non-numeric features, non-integer labels.
     ValueError: for batch_size outside [1, N], an empty or infinite dataset, ragged or non-finite
-      features, missing labels, neighbors >= N, a sampler already driving a pipeline.
+      features, missing labels, neighbors >= N, a batcher applied twice.
   """
   for value, name, least in ((batch_size, "batch_size", 1), (max_elements, "max_elements", 1),
                              (distance_cache_bytes, "distance_cache_bytes", 0)):
@@ -356,50 +528,16 @@ def repulsive_batch(
   if not isinstance(sampler, _samplers.Sampler):
     raise TypeError(
         f"`sampler` must be a tf_repulsive sampler (Uniform, VanillaPDS, EasyPDS, DensePDS, "
-        f"AnnealPDS); got {sampler!r}.")
+        f"AnnealPDS, KDPP, FastKDPP, ActiveBias); got {sampler!r}.")
   for fn, name in ((feature_fn, "feature_fn"), (label_fn, "label_fn")):
     if fn is not None and not callable(fn):
       raise TypeError(f"`{name}` must be callable or None; got {fn!r}.")
   if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
     raise TypeError(f"`seed` must be an int or None; got {seed!r}.")
+  if start_step is not None:
+    _check_step(start_step)
   if seed is None:
     seed = random.SystemRandom().randrange(2**62)
-
-  def _apply_fn(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    if not isinstance(dataset, tf.data.Dataset):
-      raise TypeError(f"repulsive_batch applies to a tf.data.Dataset; got {type(dataset).__name__}.")
-    if sampler in _RUNTIMES:
-      raise ValueError(
-          f"this {type(sampler).__name__} instance already drives a pipeline; create a new sampler "
-          "for each pipeline (it carries the pipeline's step clock).")
-    data = _materialize(dataset, feature_fn, label_fn, sampler.needs_labels, max_elements)
-    num_points = data.features.shape[0]
-    if batch_size > num_points:
-      raise ValueError(
-          f"`batch_size` = {batch_size} exceeds the dataset size N = {num_points}; a batch holds "
-          "distinct elements.")
-    categories = None
-    if sampler.uses_mingling:
-      if not sampler.neighbors < num_points:
-        raise ValueError(
-            f"`neighbors` = {sampler.neighbors} must be < N = {num_points}; use fewer neighbours.")
-      categories = _mingling.mingling_disagreements(data.features, data.labels, sampler.neighbors)
-    radius = None
-    if sampler.has_disk:
-      radius = sampler.radius
-      if radius is None:
-        radius = _radius.half_median_distance(data.features) if num_points > 1 else 0.0
-    drawer = sampler.build(_samplers.SamplingContext(
-        features=data.features, labels=data.labels, categories=categories, batch_size=batch_size,
-        radius=radius,
-        distance_cache_bytes=distance_cache_bytes))
-    runtime = PipelineRuntime(
-        drawer, data.elements, data.labels, categories,
-        num_categories=sampler.neighbors + 1 if sampler.uses_mingling else 0, radius=radius,
-        seed=seed, steps_per_epoch=math.ceil(num_points / batch_size))
-    _RUNTIMES[sampler] = runtime
-    if sampler.has_disk:
-      _warn_if_first_batch_needs_the_fill(runtime, batch_size)
-    return runtime.dataset()
-
-  return _apply_fn
+  return RepulsiveBatcher(batch_size, sampler, feature_fn=feature_fn, label_fn=label_fn, seed=seed,
+                          start_step=start_step, max_elements=max_elements,
+                          distance_cache_bytes=distance_cache_bytes)

@@ -68,11 +68,10 @@ class BatchDrawer(Protocol):
 
 
 class Sampler:
-  """Base of all samplers. Instances are frozen and compare by identity.
+  """Base of all samplers: frozen configurations, reusable by any number of `repulsive_batch` batchers.
 
-  A sampler instance drives exactly one pipeline (`repulsive_batch` refuses a second), because
-  the pipeline's step clock and statistics are reached through it (`AnnealingCallback`,
-  `sampling_stats`).
+  The pipeline's state (draws, counters, where its stream starts) lives in the batcher that
+  `repulsive_batch` returns, not here.
   """
 
   # Whether the sampler needs class labels; mingling samplers also have `neighbors` (K).

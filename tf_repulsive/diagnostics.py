@@ -608,14 +608,14 @@ def per_example_gradients(model: keras.Model, loss_fn: Callable[[Any, Any], Any]
                          for start in range(0, x.shape[0], chunk_size)])
 
 
-def draw_batches(sampler: _samplers.Sampler, num_batches: int, *, start_step: int = 0) -> np.ndarray:
-  """The indices of the batches `sampler`'s pipeline draws at steps start_step, ..., + num_batches − 1.
+def draw_batches(batcher: _pipeline.RepulsiveBatcher, num_batches: int, *, start_step: int = 0) -> np.ndarray:
+  """The indices of the batches `batcher` draws at steps start_step, ..., + num_batches − 1.
 
   Batches are a pure function of (seed, step), so this does not disturb the pipeline (see
-  `tf_repulsive.batch_indices`).
+  `RepulsiveBatcher.batch_indices`).
 
   Args:
-    sampler: a sampler already applied to a dataset with `repulsive_batch`.
+    batcher: a `repulsive_batch` batcher already applied to a dataset.
     num_batches: M >= 1.
     start_step: the first global step (>= 0); matters for step-dependent samplers (Anneal PDS).
 
@@ -623,14 +623,14 @@ def draw_batches(sampler: _samplers.Sampler, num_batches: int, *, start_step: in
     `[M, k]` int64 indices into the dataset.
 
   Raises:
-    TypeError: for a non-sampler or non-int counts.
-    ValueError: for counts out of range, or a sampler that drives no pipeline.
+    TypeError: for a non-batcher or non-int counts.
+    ValueError: for counts out of range, or a batcher not applied to a dataset.
   """
-  if not isinstance(sampler, _samplers.Sampler):
-    raise TypeError(f"`sampler` must be a tf_repulsive sampler; got {sampler!r}.")
+  if not isinstance(batcher, _pipeline.RepulsiveBatcher):
+    raise TypeError(f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
   num_batches = _check_int(num_batches, "num_batches", 1)
   start_step = _check_int(start_step, "start_step", 0)
-  return np.stack([_pipeline.batch_indices(sampler, step)
+  return np.stack([batcher.batch_indices(step)
                    for step in range(start_step, start_step + num_batches)]).astype(np.int64)
 
 
@@ -660,8 +660,7 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
     loss_fn: per-example loss, see `per_example_gradients`.
     x: `[N, ...]` inputs (also the sampling features).
     y: `[N]` integer labels (needed by the mingling-index samplers) or other targets.
-    samplers: name -> a new sampler instance, or a factory returning one (an instance drives one
-      pipeline, so factories such as `tf_repulsive.VanillaPDS` can be reused across calls).
+    samplers: name -> a sampler, or a factory returning one (such as `tf_repulsive.VanillaPDS`).
     batch_size: k.
     num_batches: M >= 3 draws per sampler (the standard errors scale as 1/sqrt(M)).
     seed: seed of the pipelines and of the sketch.
@@ -698,9 +697,10 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
   data = tf.data.Dataset.from_tensor_slices((np.asarray(x), np.asarray(y)))
   batches, radii = {}, {}
   for name, sampler in instances.items():
-    data.apply(_pipeline.repulsive_batch(batch_size, sampler, seed=seed))
-    batches[name] = draw_batches(sampler, num_batches, start_step=start_step)
-    radii[name] = _pipeline.sampling_stats(sampler).radius
+    batcher = _pipeline.repulsive_batch(batch_size, sampler, seed=seed, start_step=start_step)
+    data.apply(batcher)
+    batches[name] = draw_batches(batcher, num_batches, start_step=start_step)
+    radii[name] = batcher.stats().radius
   num_parameters = sum(int(np.prod(v.shape)) for v in _resolve_variables(model, variables))
   return variance_split(gradients, batches, radii=radii,
                         gradient_space=_gradient_space(num_parameters, variables, sketch_dim))

@@ -80,15 +80,16 @@ def table_one(features: np.ndarray, sizes: list[int], batches: int, cache_bytes:
   print(f"{'k':>5} {'prep s':>7} {'wall ms':>8} {'cpu ms':>7} {'paper ms':>9} {'speed-up':>9} "
         f"{'fallback':>9} radius")
   for k in sizes:
-    sampler = tf_repulsive.VanillaPDS()
     start = time.perf_counter()
+    # start_step=0: the stream is iterated here, not by `fit` with its callback.
+    batcher = tf_repulsive.repulsive_batch(
+        k, tf_repulsive.VanillaPDS(), feature_fn=lambda i: tf.gather(constant, i), seed=_SEED.value,
+        start_step=0, distance_cache_bytes=cache_bytes)
     # Elements are indices, so a batch is exactly the sampled index set.
-    batches_of_indices = indices.apply(tf_repulsive.repulsive_batch(
-        k, sampler, feature_fn=lambda i: tf.gather(constant, i), seed=_SEED.value,
-        distance_cache_bytes=cache_bytes))
+    batches_of_indices = indices.apply(batcher)
     prep = time.perf_counter() - start
-    wall, cpu = _time_iteration(batches_of_indices.repeat(), batches)
-    stats = tf_repulsive.sampling_stats(sampler)
+    wall, cpu = _time_iteration(batches_of_indices, batches)
+    stats = batcher.stats()
     paper = _PAPER_PDS_SECONDS.get(k)
     print(f"{k:>5} {prep:>7.1f} {wall * 1e3:>8.3f} {cpu * 1e3:>7.3f} "
           f"{paper * 1e3 if paper else float('nan'):>9.1f} "
@@ -100,12 +101,12 @@ def throughput(batches: int) -> None:
   images, labels = mnist_like(_SEED.value)
   data = tf.data.Dataset.from_tensor_slices((images, labels))
   baseline_wall, _ = _time_iteration(data.shuffle(len(labels), seed=_SEED.value).batch(50).repeat(), batches)
-  sampler = tf_repulsive.VanillaPDS()
   start = time.perf_counter()
-  pds = data.apply(tf_repulsive.repulsive_batch(50, sampler, seed=_SEED.value))
+  batcher = tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(), seed=_SEED.value, start_step=0)
+  pds = data.apply(batcher)
   prep = time.perf_counter() - start
-  pds_wall, _ = _time_iteration(pds.repeat(), batches)
-  stats = tf_repulsive.sampling_stats(sampler)
+  pds_wall, _ = _time_iteration(pds, batches)
+  stats = batcher.stats()
   print(f"\nPart 2: batches/s on {images.shape[0]} x {images.shape[1]} float32, k = 50")
   print(f"  shuffle(N).batch(50):               {1 / baseline_wall:8.0f} batches/s")
   print(f"  repulsive_batch(50, VanillaPDS()):  {1 / pds_wall:8.0f} batches/s "

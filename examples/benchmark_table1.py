@@ -57,14 +57,16 @@ def _time_iterator(iterator, batches: int) -> tuple[float, float]:
 
 
 def time_per_batch(features: np.ndarray, sampler: tf_repulsive.Sampler, k: int, batches: int
-                   ) -> tuple[float, float, float]:
-  """(one-time preparation s, wall s per batch, process-CPU s per batch) through repulsive_batch."""
+                   ) -> tuple[float, float, float, tf_repulsive.SamplingStats]:
+  """(one-time preparation s, wall s and process-CPU s per batch, counters) through repulsive_batch."""
   constant = tf.constant(features)
   start = time.perf_counter()
-  indices = tf.data.Dataset.range(features.shape[0]).apply(tf_repulsive.repulsive_batch(
-      k, sampler, feature_fn=lambda i: tf.gather(constant, i), seed=_SEED.value))
+  # start_step=0: the stream is iterated here, not by `fit` with its callback.
+  batcher = tf_repulsive.repulsive_batch(k, sampler, feature_fn=lambda i: tf.gather(constant, i),
+                                         seed=_SEED.value, start_step=0)
+  indices = tf.data.Dataset.range(features.shape[0]).apply(batcher)
   preparation = time.perf_counter() - start
-  return (preparation, *_time_iterator(iter(indices.repeat()), batches))
+  return (preparation, *_time_iterator(iter(indices), batches), batcher.stats())
 
 
 def spectral_decomposition(features: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -119,7 +121,7 @@ def table_a(features: np.ndarray, sizes: list[int], batches: int) -> None:
                      "Uniform": tf_repulsive.Uniform}.items():
     cells, preparation = [], None
     for k in sizes:
-      prep, wall, cpu = time_per_batch(features, make(), k, batches if name == "Fast k-DPP" else 10 * batches)
+      prep, wall, cpu, _ = time_per_batch(features, make(), k, batches if name == "Fast k-DPP" else 10 * batches)
       preparation = prep if preparation is None else preparation
       cells.append(f"{cpu:.5f} ({wall:.5f})")
     print_row(name, cells, preparation)
@@ -137,9 +139,7 @@ def table_b(sizes: list[int], batches: int) -> None:
   centers = rng.normal(size=(50, 64))
   for num_points in sizes:
     features = (centers[rng.integers(0, 50, num_points)] + rng.normal(size=(num_points, 64))).astype(np.float32)
-    sampler = tf_repulsive.VanillaPDS()
-    prep, wall, cpu = time_per_batch(features, sampler, 80, 10 * batches)
-    stats = tf_repulsive.sampling_stats(sampler)
+    prep, wall, cpu, stats = time_per_batch(features, tf_repulsive.VanillaPDS(), 80, 10 * batches)
     print(f"{num_points:>9} {prep:>8.1f} {cpu * 1e3:>13.3f} {wall * 1e3:>14.3f} "
           f"{stats.fallback_batches / max(1, stats.batches):>8.1%}")
 

@@ -82,20 +82,23 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | None = None,
   return factories[name]()
 
 
-def sampler_callbacks(sampler: tf_repulsive.Sampler, model_inputs: Any = None) -> list[keras.callbacks.Callback]:
-  """The callbacks `fit` needs for `sampler`: the step clock and logs, and ActiveBias' history.
+def sampler_callbacks(batcher: tf_repulsive.RepulsiveBatcher,
+                      model_inputs: Any = None) -> list[keras.callbacks.Callback]:
+  """The callbacks `fit` needs for `batcher`: the stream's start and the logs, and ActiveBias' history.
 
   Args:
-    sampler: the sampler driving the training pipeline.
+    batcher: the `repulsive_batch` batcher whose stream feeds `fit`.
     model_inputs: for ActiveBias, the model inputs of the training examples when they are not the
       dataset's first element component (see `tf_repulsive.ActiveBiasCallback`).
 
   Returns:
     The callbacks, to go before any that log (they add the sampler's values to the epoch logs).
   """
-  callbacks = [tf_repulsive.AnnealingCallback(sampler)]
-  if isinstance(sampler, tf_repulsive.ActiveBias):
-    callbacks.append(tf_repulsive.ActiveBiasCallback(sampler, inputs=model_inputs))
+  # ActiveBiasCallback would start the stream by itself; AnnealingCallback stays for every sampler
+  # so that all of them log the same values (the fallback count).
+  callbacks = [tf_repulsive.AnnealingCallback(batcher)]
+  if isinstance(batcher.sampler, tf_repulsive.ActiveBias):
+    callbacks.append(tf_repulsive.ActiveBiasCallback(batcher, inputs=model_inputs))
   return callbacks
 
 

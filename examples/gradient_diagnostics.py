@@ -22,7 +22,6 @@ split relative to plain SGD) and `pair_correlation.png` (g(r) per sampler).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import pathlib
 import sys
@@ -125,8 +124,7 @@ def run(config: Config, log: Callable[[str], None] = print) -> Outcome:
   model = mnist_deep.deep_mnist_model()
   loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
   model.compile(optimizer=keras.optimizers.Adam(config.learning_rate), loss=loss, metrics=["accuracy"])
-  factories = {name: functools.partial(common.make_sampler, name, neighbors=config.neighbors)
-               for name in config.samplers}
+  samplers = {name: common.make_sampler(name, neighbors=config.neighbors) for name in config.samplers}
   blocks = []
 
   def emit(text: str) -> None:
@@ -154,7 +152,7 @@ def run(config: Config, log: Callable[[str], None] = print) -> Outcome:
     metrics = model.evaluate(x, y, batch_size=256, verbose=0, return_dict=True)
     # start_step = the training step: where Anneal PDS's schedule is at this checkpoint.
     result = diagnostics.gradient_variance(
-        model, loss, x, y, factories, config.batch_size, num_batches=config.num_batches,
+        model, loss, x, y, samplers, config.batch_size, num_batches=config.num_batches,
         seed=config.seed, start_step=step, variables=config.variables,
         sketch_dim=config.sketch_dim or None)
     variance[label] = result

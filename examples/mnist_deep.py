@@ -149,15 +149,15 @@ def train_and_evaluate(config: Config, verbose: int = 1) -> list[dict[str, float
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"])
   sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, dense_pi=config.dense_pi)
-  train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(
-      tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed)).repeat()
+  batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed)
+  train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)
   test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(500)
   evaluation = common.PeriodicEvaluation(test, config.eval_every, output_dir / "eval.csv",
                                          log_dir=output_dir / "tensorboard" / "test")
   # One Keras "epoch" per evaluation interval: a progress bar per interval, epoch logs for TensorBoard.
   model.fit(train, steps_per_epoch=config.eval_every, epochs=math.ceil(config.steps / config.eval_every),
             verbose=verbose,
-            callbacks=[*common.sampler_callbacks(sampler), evaluation,
+            callbacks=[*common.sampler_callbacks(batcher), evaluation,
                        keras.callbacks.TensorBoard(str(output_dir / "tensorboard"))])
   curve = [{**row, "test_error": 1.0 - row["test_accuracy"]} for row in evaluation.history]
   plot_curve(curve, output_dir / "eval.png", f"{config.dataset}, {config.sampler}, seed {config.seed}")

@@ -50,10 +50,11 @@ def train_and_evaluate(sampler_name: str, epochs: int, batch_size: int, seed: in
   model.compile(optimizer=keras.optimizers.SGD(0.05),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"])
-  sampler = common.make_sampler(sampler_name)
-  train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(
-      tf_repulsive.repulsive_batch(batch_size, sampler, seed=seed))
-  model.fit(train, epochs=epochs, verbose=verbose, callbacks=common.sampler_callbacks(sampler))
+  batcher = tf_repulsive.repulsive_batch(batch_size, common.make_sampler(sampler_name), seed=seed)
+  train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)
+  # The batch stream is unbounded: an epoch is one dataset's worth of batches, ceil(N / k).
+  model.fit(train, epochs=epochs, steps_per_epoch=batcher.steps_per_epoch, verbose=verbose,
+            callbacks=common.sampler_callbacks(batcher))
   return float(model.evaluate(x_test, y_test, verbose=0)[1])
 
 

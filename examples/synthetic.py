@@ -138,9 +138,12 @@ def grid_points(grid_size: int) -> np.ndarray:
 
 def draw_batch(points: np.ndarray, labels: np.ndarray, sampler: tf_repulsive.Sampler, batch_size: int,
                seed: int) -> tuple[np.ndarray, np.ndarray]:
-  """The first mini-batch the `repulsive_batch` pipeline of `sampler` yields: one point-process draw."""
+  """The first mini-batch the `repulsive_batch` pipeline of `sampler` yields: one point-process draw.
+
+  The batch is the draw of step 0 (`start_step=0`: no training loop starts the stream here).
+  """
   batches = tf.data.Dataset.from_tensor_slices((points, labels)).apply(
-      tf_repulsive.repulsive_batch(batch_size, sampler, seed=seed))
+      tf_repulsive.repulsive_batch(batch_size, sampler, seed=seed, start_step=0))
   batch_points, batch_labels = next(batches.as_numpy_iterator())
   return batch_points, batch_labels
 

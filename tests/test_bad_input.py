@@ -30,7 +30,7 @@ def test_batch_size_larger_than_dataset():
 
 
 def test_batch_of_whole_dataset_is_allowed():
-  batch = next(iter(_dataset(10).apply(tf_repulsive.repulsive_batch(10, tf_repulsive.VanillaPDS()))))
+  batch = next(iter(_dataset(10).apply(tf_repulsive.repulsive_batch(10, tf_repulsive.VanillaPDS(), start_step=0))))
   assert batch[0].shape == (10, 3)
 
 
@@ -129,7 +129,7 @@ def test_one_hot_labels_get_the_argmax_hint():
 
 
 def test_labels_are_not_needed_without_mingling():
-  batch = next(iter(_dataset(labels=False).apply(tf_repulsive.repulsive_batch(5, tf_repulsive.VanillaPDS()))))
+  batch = next(iter(_dataset(labels=False).apply(tf_repulsive.repulsive_batch(5, tf_repulsive.VanillaPDS(), start_step=0))))
   assert batch.shape == (5, 3)
 
 
@@ -157,16 +157,28 @@ def test_bad_schedule():
     _dataset().apply(tf_repulsive.repulsive_batch(5, wrong_length))
 
 
-def test_a_sampler_drives_one_pipeline():
-  sampler = tf_repulsive.VanillaPDS()
-  _dataset().apply(tf_repulsive.repulsive_batch(5, sampler))
-  with pytest.raises(ValueError, match="new sampler"):
-    _dataset().apply(tf_repulsive.repulsive_batch(5, sampler))
+def test_a_batcher_applies_to_one_dataset():
+  batcher = tf_repulsive.repulsive_batch(5, tf_repulsive.VanillaPDS())
+  _dataset().apply(batcher)
+  with pytest.raises(ValueError, match="already drives a pipeline"):
+    _dataset().apply(batcher)
 
 
-def test_stats_of_an_unused_sampler():
+def test_stats_of_an_unapplied_batcher():
   with pytest.raises(ValueError, match="apply"):
-    tf_repulsive.sampling_stats(tf_repulsive.Uniform())
+    tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform()).stats()
+
+
+@pytest.mark.parametrize("start_step,error", [(-1, ValueError), (2.0, TypeError), (True, TypeError)])
+def test_start_step_checked(start_step, error):
+  with pytest.raises(error, match="step"):
+    tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform(), start_step=start_step)
+
+
+def test_a_fixed_start_cannot_be_moved():
+  batcher = tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform(), start_step=3)
+  with pytest.raises(ValueError, match="start_step=3"):
+    batcher.start_at(4)
 
 
 def test_not_a_dataset():

@@ -54,55 +54,60 @@ def _model():
   return model, fingerprint
 
 
-def _fit(digits, sampler, epochs, steps_per_epoch=None, seed=3, repeat=False, model=None,
-         log_batches=False):
+def _digits_batcher(digits, sampler, seed=3, start_step=None):
   features, labels = digits
+  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=seed, start_step=start_step)
+  return batcher, tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
+
+
+def _fit(digits, sampler, epochs, steps_per_epoch=None, seed=3, repeat=False, model=None,
+         log_batches=False, pipeline=None):
   model, fingerprint = model or _model()
-  batches = tf.data.Dataset.from_tensor_slices((features, labels)).apply(
-      tf_repulsive.repulsive_batch(BATCH, sampler, seed=seed))
+  batcher, batches = pipeline or _digits_batcher(digits, sampler, seed=seed)
   if repeat:
     batches = batches.repeat()
   recorder = _Recorder(fingerprint)
-  model.fit(batches, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0,
-            callbacks=[tf_repulsive.AnnealingCallback(sampler, log_batches=log_batches), recorder])
-  return recorder
+  model.fit(batches, epochs=epochs, steps_per_epoch=steps_per_epoch or batcher.steps_per_epoch, verbose=0,
+            callbacks=[tf_repulsive.AnnealingCallback(batcher, log_batches=log_batches), recorder])
+  return batcher, recorder
 
 
-def _expected_fingerprint(digits, sampler, step):
-  indices = tf_repulsive.batch_indices(sampler, step)
+def _expected_fingerprint(digits, batcher, step):
+  indices = batcher.batch_indices(step)
   return float(digits[0][indices].astype(np.float64).sum())
 
 
-def _assert_consumed_draws(digits, sampler, recorder, first_step, num_steps):
+def _assert_consumed_draws(digits, batcher, recorder, first_step, num_steps):
   steps = [step for step, _ in recorder.consumed]
   assert steps == list(range(first_step, first_step + num_steps))
   for step, fingerprint in recorder.consumed:
-    assert fingerprint == pytest.approx(_expected_fingerprint(digits, sampler, step), rel=1e-9)
+    assert fingerprint == pytest.approx(_expected_fingerprint(digits, batcher, step), rel=1e-9)
 
 
 @pytest.mark.parametrize("steps_per_epoch,repeat", [(None, False), (25, True)])
 def test_batch_of_step_n_is_the_draw_for_n(digits, steps_per_epoch, repeat):
-  sampler = tf_repulsive.AnnealPDS()
-  recorder = _fit(digits, sampler, epochs=3, steps_per_epoch=steps_per_epoch, repeat=repeat)
+  batcher, recorder = _fit(digits, tf_repulsive.AnnealPDS(), epochs=3, steps_per_epoch=steps_per_epoch,
+                           repeat=repeat)
   per_epoch = steps_per_epoch or int(np.ceil(len(digits[1]) / BATCH))
-  _assert_consumed_draws(digits, sampler, recorder, 0, 3 * per_epoch)
+  _assert_consumed_draws(digits, batcher, recorder, 0, 3 * per_epoch)
 
 
-def test_resumed_training_continues_at_the_optimizer_step(digits):
+@pytest.mark.parametrize("same_pipeline", [False, True])
+def test_a_second_fit_continues_at_the_optimizer_step(digits, same_pipeline):
   model = _model()
-  _fit(digits, tf_repulsive.AnnealPDS(), epochs=1, model=model)
-  # A new pipeline (as after a restart) on the trained model: the first batch is draw 36, not 0.
-  sampler = tf_repulsive.AnnealPDS()
-  recorder = _fit(digits, sampler, epochs=1, model=model)
-  _assert_consumed_draws(digits, sampler, recorder, 36, 36)
+  first = _digits_batcher(digits, tf_repulsive.AnnealPDS())
+  _fit(digits, None, epochs=1, model=model, pipeline=first)
+  # The same pipeline, or a new one (as after a restart), on the trained model: draw 36, not 0.
+  second = first if same_pipeline else _digits_batcher(digits, tf_repulsive.AnnealPDS())
+  batcher, recorder = _fit(digits, None, epochs=1, model=model, pipeline=second)
+  _assert_consumed_draws(digits, batcher, recorder, 36, 36)
 
 
 def test_anneal_starts_easy_then_follows_h(digits):
   features, labels = digits
   values = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)
   h = np.bincount(values, minlength=6) / len(values)
-  sampler = tf_repulsive.AnnealPDS()
-  recorder = _fit(digits, sampler, epochs=6, log_batches=True)  # 36 steps per epoch: steps 0..215
+  _, recorder = _fit(digits, tf_repulsive.AnnealPDS(), epochs=6, log_batches=True)  # steps 0..215
   composition = {step: np.array([logs[f"sampler_mingling_{m}"] for m in range(6)])
                  for step, logs in recorder.batch_logs}
   logged_pi = {step: np.array([logs[f"sampler_pi_{m}"] for m in range(6)])
@@ -123,16 +128,42 @@ def test_anneal_starts_easy_then_follows_h(digits):
 
 
 def test_batch_logs_are_opt_in(digits):
-  recorder = _fit(digits, tf_repulsive.AnnealPDS(), epochs=1)
+  _, recorder = _fit(digits, tf_repulsive.AnnealPDS(), epochs=1)
   assert not any("sampler_pi_0" in logs for _, logs in recorder.batch_logs)
   assert "sampler_pi_0" in recorder.epoch_logs[0]
 
 
-def test_callback_needs_an_applied_sampler(digits):
+def test_callback_needs_an_applied_batcher(digits):
   model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
   model.compile(optimizer="sgd", loss="mse")
   data = tf.data.Dataset.from_tensor_slices((digits[0][:100], np.zeros((100, 10), np.float32))).batch(10)
-  with pytest.raises(ValueError, match="repulsive_batch"):
-    model.fit(data, epochs=1, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(tf_repulsive.AnnealPDS())])
-  with pytest.raises(TypeError, match="sampler"):
-    tf_repulsive.AnnealingCallback("anneal")
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.AnnealPDS())
+  with pytest.raises(ValueError, match="apply"):
+    model.fit(data, epochs=1, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  with pytest.raises(TypeError, match="repulsive_batch"):
+    tf_repulsive.AnnealingCallback(tf_repulsive.AnnealPDS())
+
+
+def test_fit_without_the_callback_fails_at_once_saying_what_to_add(digits):
+  model, fingerprint = _model()
+  batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS())
+  with pytest.raises(tf.errors.InvalidArgumentError, match="AnnealingCallback"):
+    model.fit(batches, epochs=1, steps_per_epoch=batcher.steps_per_epoch, verbose=0)
+  assert float(fingerprint.numpy()) == 0.0  # no train step received a batch
+
+
+def test_fit_without_steps_per_epoch_is_refused(digits):
+  model, _ = _model()
+  batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS())
+  with pytest.raises(ValueError, match="steps_per_epoch"):
+    model.fit(batches, epochs=1, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+
+
+def test_a_fixed_start_that_does_not_match_the_optimizer_is_refused(digits):
+  model, _ = _model()
+  model.optimizer.build(model.trainable_variables)
+  model.optimizer.iterations.assign(25)
+  batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS(), start_step=0)
+  with pytest.raises(ValueError, match="start_step=0 but the optimizer is at step 25"):
+    model.fit(batches, epochs=1, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
+              callbacks=[tf_repulsive.AnnealingCallback(batcher)])

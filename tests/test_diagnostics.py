@@ -29,9 +29,10 @@ def digit_draws(digits):
   x, y = digits
   draws = {}
   for name, sampler in (("uniform", tf_repulsive.Uniform()), ("vanilla", tf_repulsive.VanillaPDS())):
-    tf.data.Dataset.from_tensor_slices((x, y)).apply(tf_repulsive.repulsive_batch(_K, sampler, seed=3))
-    draws[name] = diagnostics.draw_batches(sampler, _DRAWS)
-    radius = tf_repulsive.sampling_stats(sampler).radius
+    batcher = tf_repulsive.repulsive_batch(_K, sampler, seed=3)
+    tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+    draws[name] = diagnostics.draw_batches(batcher, _DRAWS)
+    radius = batcher.stats().radius
   return draws, radius
 
 
@@ -326,10 +327,11 @@ _BAD_CALLS = {
     "loss not per example": (lambda t: diagnostics.per_example_gradients(
         t.model, lambda target, prediction: target - prediction, t.x, np.zeros((5, 3), np.float32)),
                              ValueError, "loss_fn"),
-    "draws of a string": (lambda t: diagnostics.draw_batches("uniform", 3), TypeError, "sampler"),
-    "draws without pipeline": (lambda t: diagnostics.draw_batches(tf_repulsive.Uniform(), 3), ValueError,
-                               "not been applied"),
-    "zero draws": (lambda t: diagnostics.draw_batches(tf_repulsive.Uniform(), 0), ValueError, "num_batches"),
+    "draws of a string": (lambda t: diagnostics.draw_batches("uniform", 3), TypeError, "batcher"),
+    "draws without pipeline": (lambda t: diagnostics.draw_batches(
+        tf_repulsive.repulsive_batch(3, tf_repulsive.Uniform()), 3), ValueError, "not been applied"),
+    "zero draws": (lambda t: diagnostics.draw_batches(
+        tf_repulsive.repulsive_batch(3, tf_repulsive.Uniform()), 0), ValueError, "num_batches"),
     "samplers list": (lambda t: _variance(t, [tf_repulsive.Uniform]), TypeError, "samplers"),
     "samplers empty": (lambda t: _variance(t, {}), ValueError, "samplers"),
     "sampler name": (lambda t: _variance(t, {"u": "uniform"}), TypeError, r"samplers\['u'\]"),

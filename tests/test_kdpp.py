@@ -24,12 +24,10 @@ def _exact_subset_probabilities():
 
 def _subset_counts(sampler, draws):
   indices = tf.data.Dataset.from_tensor_slices(np.arange(len(POINTS)))
-  indices.apply(tf_repulsive.repulsive_batch(
-      K, sampler, feature_fn=lambda i: tf.gather(POINTS, i), seed=11))
-  # Many independent draws, fast: the pipeline's pure draw function mapped over steps.
-  runtime = tf_repulsive._pipeline.runtime_for(sampler)
-  batches = tf.data.Dataset.range(draws).map(
-      lambda step: runtime.drawer.draw(runtime.key, step)[0], num_parallel_calls=tf.data.AUTOTUNE)
+  batcher = tf_repulsive.repulsive_batch(
+      K, sampler, feature_fn=lambda i: tf.gather(POINTS, i), seed=11, start_step=0)
+  # Many independent draws, fast: the stream's steps are drawn in parallel.
+  batches = indices.apply(batcher).take(draws)
   subsets, _ = _exact_subset_probabilities()
   position = {s: i for i, s in enumerate(subsets)}
   counts = np.zeros(len(subsets))
@@ -69,11 +67,10 @@ def test_large_n_does_not_overflow():
 
 def test_kdpp_batches_are_distinct_and_reproducible(digits):
   features, labels = digits
-  sampler = tf_repulsive.KDPP()
-  batches = tf.data.Dataset.from_tensor_slices((features[:400], labels[:400])).apply(
-      tf_repulsive.repulsive_batch(30, sampler, seed=2))
+  batcher = tf_repulsive.repulsive_batch(30, tf_repulsive.KDPP(), seed=2, start_step=0)
+  batches = tf.data.Dataset.from_tensor_slices((features[:400], labels[:400])).apply(batcher)
   for step, (x, _) in enumerate(batches.take(3).as_numpy_iterator()):
-    indices = tf_repulsive.batch_indices(sampler, step)
+    indices = batcher.batch_indices(step)
     assert len(set(indices.tolist())) == 30
     np.testing.assert_array_equal(x, features[indices])
 

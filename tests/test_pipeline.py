@@ -1,4 +1,4 @@
-"""repulsive_batch: batch properties, reproducibility, epochs and iterator checkpoints."""
+"""repulsive_batch: batch properties, reproducibility and the step stream."""
 
 import warnings
 
@@ -11,27 +11,32 @@ import tf_repulsive
 from conftest import pairwise_distances
 
 
-def _digits_batches(digits, sampler, batch_size=50, seed=0, count=None, size=None):
-  """Batches of (image, label, index into the digits) elements."""
+def _digits_pipeline(digits, sampler, batch_size=50, seed=0, size=None, start_step=0):
+  """The batcher and batch stream of (image, label, index into the digits) elements."""
   features, labels = digits
   size = size or len(labels)
   dataset = tf.data.Dataset.from_tensor_slices((features[:size], labels[:size], np.arange(size)))
-  batches = dataset.apply(tf_repulsive.repulsive_batch(
-      batch_size, sampler, label_fn=lambda x, y, index: y, seed=seed))
-  if count is not None:
-    batches = batches.repeat().take(count)
-  return batches
+  batcher = tf_repulsive.repulsive_batch(
+      batch_size, sampler, label_fn=lambda x, y, index: y, seed=seed, start_step=start_step)
+  return batcher, dataset.apply(batcher)
+
+
+def _digits_batches(digits, sampler, count, **kwargs):
+  """The first `count` batches of a digits pipeline."""
+  return _digits_pipeline(digits, sampler, **kwargs)[1].take(count)
 
 
 def test_batches_have_the_structure_of_dataset_batch(digits):
   features, labels = digits
   dataset = tf.data.Dataset.from_tensor_slices({"image": features, "label": labels})
-  batches = dataset.apply(tf_repulsive.repulsive_batch(
-      32, tf_repulsive.VanillaPDS(), feature_fn=lambda e: e["image"], seed=1))
+  batcher = tf_repulsive.repulsive_batch(
+      32, tf_repulsive.VanillaPDS(), feature_fn=lambda e: e["image"], seed=1, start_step=0)
+  batches = dataset.apply(batcher)
   assert batches.element_spec == {
       "image": tf.TensorSpec([32, 64], tf.float32), "label": tf.TensorSpec([32], tf.int64)}
-  assert int(batches.cardinality()) == int(np.ceil(len(labels) / 32))
-  assert sum(1 for _ in batches) == int(np.ceil(len(labels) / 32))
+  # One unbounded stream; an epoch is a number of its steps.
+  assert int(batches.cardinality()) == tf.data.INFINITE_CARDINALITY
+  assert batcher.steps_per_epoch == int(np.ceil(len(labels) / 32))
 
 
 @pytest.mark.parametrize("make_sampler", [
@@ -39,40 +44,36 @@ def test_batches_have_the_structure_of_dataset_batch(digits):
     lambda: tf_repulsive.DensePDS([1, 1, 1, 1, 1, 1])])
 def test_batches_hold_distinct_dataset_elements(digits, make_sampler):
   features, labels = digits
-  for x, y, index in _digits_batches(digits, make_sampler(), count=20).as_numpy_iterator():
+  for x, y, index in _digits_batches(digits, make_sampler(), 20).as_numpy_iterator():
     assert len(set(index.tolist())) == 50
     np.testing.assert_array_equal(x, features[index])
     np.testing.assert_array_equal(y, labels[index])
 
 
 def test_vanilla_batches_keep_the_minimum_distance(digits):
-  sampler = tf_repulsive.VanillaPDS()
-  batches = _digits_batches(digits, sampler, count=40)
-  radius = tf_repulsive.sampling_stats(sampler).radius
+  batcher, batches = _digits_pipeline(digits, tf_repulsive.VanillaPDS())
+  radius = batcher.stats().radius
   assert radius > 0
-  for x, _, _ in batches.as_numpy_iterator():
+  for x, _, _ in batches.take(40).as_numpy_iterator():
     assert pairwise_distances(x).min() >= radius
-  assert tf_repulsive.sampling_stats(sampler).fallback_batches == 0
+  assert batcher.stats().fallback_batches == 0
 
 
 def test_uniform_batches_do_violate_that_distance(digits):
   # The property above is not vacuous: uniform batches of the same size break it.
-  pds = tf_repulsive.VanillaPDS()
-  _digits_batches(digits, pds)
-  radius = tf_repulsive.sampling_stats(pds).radius
+  radius = _digits_pipeline(digits, tf_repulsive.VanillaPDS())[0].stats().radius
   violations = [pairwise_distances(x).min() < radius
-                for x, _, _ in _digits_batches(digits, tf_repulsive.Uniform(), count=20).as_numpy_iterator()]
+                for x, _, _ in _digits_batches(digits, tf_repulsive.Uniform(), 20).as_numpy_iterator()]
   assert np.mean(violations) > 0.5
 
 
 def test_easy_batches_keep_the_distance_between_easy_points_only(digits):
   features, labels = digits
   easy = tf_repulsive.mingling_index(features, labels, 5) == 0
-  sampler = tf_repulsive.EasyPDS()
-  batches = _digits_batches(digits, sampler, count=40)
-  radius = tf_repulsive.sampling_stats(sampler).radius
+  batcher, batches = _digits_pipeline(digits, tf_repulsive.EasyPDS())
+  radius = batcher.stats().radius
   close_pairs_with_a_hard_point = 0
-  for x, _, index in batches.as_numpy_iterator():
+  for x, _, index in batches.take(40).as_numpy_iterator():
     flags = easy[index]
     distances = pairwise_distances(x)
     assert distances[np.ix_(flags, flags)].min() >= radius
@@ -100,7 +101,7 @@ def test_dense_pds_with_tiny_radius_reproduces_pi():
   pi = np.array([0.05, 0.1, 0.15, 0.2, 0.2, 0.3])
   sampler = tf_repulsive.DensePDS(pi, radius=1e-6)
   batches = tf.data.Dataset.from_tensor_slices((features, labels, np.arange(len(labels)))).apply(
-      tf_repulsive.repulsive_batch(50, sampler, label_fn=lambda x, y, index: y, seed=4))
+      tf_repulsive.repulsive_batch(50, sampler, label_fn=lambda x, y, index: y, seed=4, start_step=0))
   counts = _mingling_composition(batches, categories, 100)
   assert stats.chisquare(counts, counts.sum() * pi).pvalue > 1e-3
   # The same test rejects the data's own histogram: it has power.
@@ -115,8 +116,8 @@ def test_dense_pds_skips_mingling_values_no_point_has():
   labels = np.repeat([0, 1], 100).astype(np.int64)
   dataset = tf.data.Dataset.from_tensor_slices((features, labels))
   batches = dataset.apply(tf_repulsive.repulsive_batch(
-      20, tf_repulsive.DensePDS([0.01, 1, 1, 1, 1, 1], radius=0.0), seed=0))
-  for x, _ in batches.as_numpy_iterator():
+      20, tf_repulsive.DensePDS([0.01, 1, 1, 1, 1, 1], radius=0.0), seed=0, start_step=0))
+  for x, _ in batches.take(10).as_numpy_iterator():
     assert len(np.unique(x, axis=0)) == 20
   with pytest.raises(ValueError, match="pi"):
     dataset.apply(tf_repulsive.repulsive_batch(20, tf_repulsive.DensePDS([0, 1, 1, 1, 1, 1])))
@@ -126,69 +127,67 @@ def test_anneal_pds_starts_with_easy_points_only(digits):
   features, labels = digits
   easy = tf_repulsive.mingling_index(features, labels, 5) == 0
   assert easy.mean() < 0.95
-  batches = _digits_batches(digits, tf_repulsive.AnnealPDS(), count=3)
+  batches = _digits_batches(digits, tf_repulsive.AnnealPDS(), 3)
   for _, _, index in batches.as_numpy_iterator():
     assert easy[index].all()
 
 
 def test_same_seed_same_batches_and_other_seeds_differ(digits):
-  first = list(_digits_batches(digits, tf_repulsive.VanillaPDS(), seed=5, count=6).as_numpy_iterator())
-  second = list(_digits_batches(digits, tf_repulsive.VanillaPDS(), seed=5, count=6).as_numpy_iterator())
-  other = list(_digits_batches(digits, tf_repulsive.VanillaPDS(), seed=6, count=6).as_numpy_iterator())
+  first = list(_digits_batches(digits, tf_repulsive.VanillaPDS(), 6, seed=5).as_numpy_iterator())
+  second = list(_digits_batches(digits, tf_repulsive.VanillaPDS(), 6, seed=5).as_numpy_iterator())
+  other = list(_digits_batches(digits, tf_repulsive.VanillaPDS(), 6, seed=6).as_numpy_iterator())
   for a, b, c in zip(first, second, other):
     np.testing.assert_array_equal(a[0], b[0])
     assert not np.array_equal(a[0], c[0])
 
 
+def test_one_sampler_configures_many_pipelines(digits):
+  sampler = tf_repulsive.VanillaPDS()
+  first, first_batches = _digits_pipeline(digits, sampler, seed=5)
+  second, second_batches = _digits_pipeline(digits, sampler, seed=6, size=600)
+  np.testing.assert_array_equal(next(iter(first_batches))[2], first.batch_indices(0))
+  np.testing.assert_array_equal(next(iter(second_batches))[2], second.batch_indices(0))
+  assert second.num_points == 600 and first.num_points == len(digits[1])
+
+
+def test_a_batcher_drives_one_pipeline(digits):
+  batcher, _ = _digits_pipeline(digits, tf_repulsive.Uniform())
+  with pytest.raises(ValueError, match="already drives a pipeline"):
+    tf.data.Dataset.from_tensor_slices(digits[0]).apply(batcher)
+
+
 def test_seed_none_differs_between_pipelines(digits):
-  a = next(iter(_digits_batches(digits, tf_repulsive.Uniform(), seed=None)))
-  b = next(iter(_digits_batches(digits, tf_repulsive.Uniform(), seed=None)))
+  a = next(iter(_digits_batches(digits, tf_repulsive.Uniform(), 1, seed=None)))
+  b = next(iter(_digits_batches(digits, tf_repulsive.Uniform(), 1, seed=None)))
   assert not np.array_equal(a[0], b[0])
 
 
-def test_each_epoch_draws_new_batches(digits):
-  batches = _digits_batches(digits, tf_repulsive.VanillaPDS(), size=200)
-  first_epoch = [index for _, _, index in batches.as_numpy_iterator()]
-  second_epoch = [index for _, _, index in batches.as_numpy_iterator()]
-  assert len(first_epoch) == len(second_epoch) == 4
-  assert not any(np.array_equal(a, b) for a, b in zip(first_epoch, second_epoch))
+def test_the_stream_starts_at_start_step_and_epochs_differ(digits):
+  batcher, batches = _digits_pipeline(digits, tf_repulsive.VanillaPDS(), size=200, start_step=7)
+  steps = batcher.steps_per_epoch
+  stream = [index for _, _, index in batches.take(3 * steps).as_numpy_iterator()]
+  for offset, index in enumerate(stream):
+    np.testing.assert_array_equal(index, batcher.batch_indices(7 + offset))
+  epochs = [stream[e * steps:(e + 1) * steps] for e in range(3)]
+  assert not any(np.array_equal(a, b) for a, b in zip(epochs[0], epochs[1]))
 
 
-def _checkpoint_roundtrip(digits, tmp_path, sampler_factory, seed, consumed, prefetch):
-  def pipeline():
-    return _digits_batches(digits, sampler_factory(), size=120, seed=seed).repeat().prefetch(prefetch)
-
-  iterator = iter(pipeline())
-  for _ in range(consumed):  # three batches per epoch
-    next(iterator)
-  path = tf.train.Checkpoint(iterator=iterator).write(str(tmp_path / "iterator"))
-  expected = [next(iterator)[0].numpy() for _ in range(7)]  # across two more epoch boundaries
-  restored = iter(pipeline())
-  tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
-  return expected, [next(restored)[0].numpy() for _ in range(7)]
-
-
-@pytest.mark.parametrize("sampler_factory,consumed,prefetch", [
-    (tf_repulsive.VanillaPDS, 4, 0), (tf_repulsive.VanillaPDS, 3, 5), (tf_repulsive.AnnealPDS, 5, 1)])
-def test_restored_iterator_continues_with_identical_batches(
-    digits, tmp_path, sampler_factory, consumed, prefetch):
-  expected, restored = _checkpoint_roundtrip(
-      digits, tmp_path, sampler_factory, seed=9, consumed=consumed, prefetch=prefetch)
-  for a, b in zip(expected, restored):
-    np.testing.assert_array_equal(a, b)
-  # Epochs differ, so continuing from the start instead would have been caught.
-  fresh = [x for x, _, _ in _digits_batches(digits, sampler_factory(), size=120, seed=9)
-           .repeat().take(7).as_numpy_iterator()]
-  assert not all(np.array_equal(a, b) for a, b in zip(expected, fresh))
+def test_a_stream_without_a_start_says_what_to_add(digits):
+  batcher, batches = _digits_pipeline(digits, tf_repulsive.Uniform(), start_step=None)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="AnnealingCallback.*start_step"):
+    next(iter(batches))
+  batcher.start_at(11)
+  np.testing.assert_array_equal(next(iter(batches))[2], batcher.batch_indices(11))
+  assert batcher.last_start() == 11
 
 
 def test_stats_count_fallback_batches(digits):
-  sampler = tf_repulsive.VanillaPDS(radius=100.0, max_darts=64)
   with pytest.warns(RuntimeWarning, match="filled only"):
-    batches = _digits_batches(digits, sampler, batch_size=10, count=5)
-  for _, _, index in batches.as_numpy_iterator():
+    batcher, batches = _digits_pipeline(
+        digits, tf_repulsive.VanillaPDS(radius=100.0, max_darts=64), batch_size=10)
+  for _, _, index in batches.take(5).as_numpy_iterator():
     assert len(set(index.tolist())) == 10
-  stats_now = tf_repulsive.sampling_stats(sampler)
+  stats_now = batcher.stats()
   assert stats_now.batches >= 5  # and any drawn ahead by the parallel map
   assert stats_now.fallback_batches == stats_now.batches
   assert stats_now.fallback_points == 9 * stats_now.batches
@@ -196,34 +195,33 @@ def test_stats_count_fallback_batches(digits):
 
 def test_a_radius_too_large_for_the_batch_warns_at_build_time(digits):
   with pytest.warns(RuntimeWarning, match=r"filled only 1 of 10 points .* radius 100"):
-    _digits_batches(digits, tf_repulsive.VanillaPDS(radius=100.0, max_darts=64), batch_size=10)
+    _digits_pipeline(digits, tf_repulsive.VanillaPDS(radius=100.0, max_darts=64), batch_size=10)
   with warnings.catch_warnings():
     warnings.simplefilter("error", RuntimeWarning)
-    _digits_batches(digits, tf_repulsive.VanillaPDS(), batch_size=50)
-    _digits_batches(digits, tf_repulsive.Uniform(), batch_size=50)
+    _digits_pipeline(digits, tf_repulsive.VanillaPDS(), batch_size=50)
+    _digits_pipeline(digits, tf_repulsive.Uniform(), batch_size=50)
 
 
 def test_batch_indices_recomputes_what_the_pipeline_drew(digits):
-  sampler = tf_repulsive.EasyPDS()
-  for step, (_, _, index) in enumerate(_digits_batches(digits, sampler, count=40).as_numpy_iterator()):
-    np.testing.assert_array_equal(tf_repulsive.batch_indices(sampler, step), index)
+  batcher, batches = _digits_pipeline(digits, tf_repulsive.EasyPDS())
+  for step, (_, _, index) in enumerate(batches.take(40).as_numpy_iterator()):
+    np.testing.assert_array_equal(batcher.batch_indices(step), index)
   with pytest.raises(ValueError, match="step"):
-    tf_repulsive.batch_indices(sampler, -1)
+    batcher.batch_indices(-1)
 
 
 @pytest.mark.parametrize("make_sampler", [tf_repulsive.Uniform, tf_repulsive.VanillaPDS])
 def test_batches_do_not_repeat_over_many_steps(digits, make_sampler):
   # TF's index_shuffle uses only 8 bits of each seed word: a sampler built on it repeats every 256 steps.
-  sampler = make_sampler()
-  _digits_batches(digits, sampler, batch_size=20)
-  draws = {tuple(sorted(tf_repulsive.batch_indices(sampler, step).tolist())) for step in range(600)}
+  batcher, _ = _digits_pipeline(digits, make_sampler(), batch_size=20)
+  draws = {tuple(sorted(batcher.batch_indices(step).tolist())) for step in range(600)}
   assert len(draws) == 600
 
 
 def test_uniform_inclusion_is_uniform():
   for size, batch_size, max_batches in ((40, 8, 600), (12, 11, 600)):
-    sampler = tf_repulsive.Uniform()
-    tf.data.Dataset.range(size).apply(tf_repulsive.repulsive_batch(batch_size, sampler, seed=3))
-    counts = np.bincount(np.concatenate([tf_repulsive.batch_indices(sampler, n) for n in range(max_batches)]),
+    batcher = tf_repulsive.repulsive_batch(batch_size, tf_repulsive.Uniform(), seed=3)
+    tf.data.Dataset.range(size).apply(batcher)
+    counts = np.bincount(np.concatenate([batcher.batch_indices(n) for n in range(max_batches)]),
                          minlength=size)
     assert stats.chisquare(counts).pvalue > 1e-3

@@ -5,6 +5,7 @@ import pathlib
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import common
 import synthetic
@@ -43,20 +44,26 @@ def test_grid_covers_the_domain_evenly():
 
 
 def _batches(points, labels, name, count=5):
-  """`count` consecutive batches of one pipeline: `draw_batch`'s, then steps 1.. by `batch_indices`."""
+  """`count` consecutive batches of one pipeline: `draw_batch`'s, then steps 1.. by `batch_indices`.
+
+  The steps after the first come from a batcher of the same sampler and seed over the same data,
+  which draws what `draw_batch`'s pipeline would (a batch is a function of (seed, step)).
+  """
   sampler = common.make_sampler(name, radius=RADIUS)
   first, first_labels = synthetic.draw_batch(points, labels, sampler, 30, seed=0)
+  batcher = tf_repulsive.repulsive_batch(30, sampler, seed=0, start_step=0)
+  tf.data.Dataset.from_tensor_slices((points, labels)).apply(batcher)
   # The batch is the pipeline's draw at step 0, with each point's own label.
-  np.testing.assert_array_equal(first, points[tf_repulsive.batch_indices(sampler, 0)])
+  np.testing.assert_array_equal(first, points[batcher.batch_indices(0)])
   np.testing.assert_array_equal(first_labels, synthetic.true_labels(first))
-  later = [points[tf_repulsive.batch_indices(sampler, step)] for step in range(1, count)]
-  return sampler, np.stack([first, *later])
+  later = [points[batcher.batch_indices(step)] for step in range(1, count)]
+  return batcher, np.stack([first, *later])
 
 
 def test_vanilla_batches_keep_the_radius_and_uniform_batches_do_not(data):
   points, labels = data
-  sampler, batches = _batches(points, labels, "vanilla_pds")
-  assert tf_repulsive.sampling_stats(sampler).radius == RADIUS
+  batcher, batches = _batches(points, labels, "vanilla_pds")
+  assert batcher.stats().radius == RADIUS
   for batch in batches:
     assert len(np.unique(batch, axis=0)) == 30
     assert pairwise_distances(batch).min() >= RADIUS

@@ -202,11 +202,13 @@ class RepulsiveBatcher:
       TypeError, ValueError: for a step that is not an int >= 0, or a batcher not applied yet.
     """
     _check_step(step)
+    self._require_built()
     return self._draw_once(tf.constant(step, tf.int64))[0].numpy()
 
   def fallback_points(self, step: int) -> int:
     """How many points of the batch of `step` the fallback fill supplied (pure)."""
     _check_step(step)
+    self._require_built()
     return int(self._draw_once(tf.constant(step, tf.int64))[1])
 
   def pi(self, step: int) -> np.ndarray | None:

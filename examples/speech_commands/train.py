@@ -325,9 +325,9 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   keras.utils.set_random_seed(config.seed)
   train_waveforms, train_labels = partitions["training"]
   sampler = common.make_sampler(config.sampler, neighbors=config.neighbors)
-  batches = tf.data.Dataset.from_tensor_slices((train_waveforms, train_labels)).apply(
-      tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed,
-                                   feature_fn=lambda waveform, label: input_data.mfcc(waveform, settings)))
+  batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed,
+                                         feature_fn=lambda waveform, label: input_data.mfcc(waveform, settings))
+  batches = tf.data.Dataset.from_tensor_slices((train_waveforms, train_labels)).apply(batcher)
   train_features = _features(train_waveforms, settings)
   time_shift_samples = int(config.sample_rate * config.time_shift_ms / 1000)
 
@@ -340,7 +340,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   # A seed pair per batch for the augmentation, from its own stream so that it does not depend
   # on the sampler: every sampler sees the same augmentation randomness at step n.
   augmentation_seeds = tf.data.Dataset.random(seed=config.seed).batch(2)
-  train = (tf.data.Dataset.zip(batches.repeat(), augmentation_seeds)
+  train = (tf.data.Dataset.zip(batches, augmentation_seeds)
            .map(augment_and_featurize, num_parallel_calls=tf.data.AUTOTUNE)
            .prefetch(tf.data.AUTOTUNE))
 
@@ -363,7 +363,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                 _TrainingMetricsInEpochLogs(),
                 # Before TensorBoard, which then logs the pi and mingling composition it adds.
                 # ActiveBias records its prediction history on the clean clips' MFCCs.
-                *common.sampler_callbacks(sampler, model_inputs=train_features),
+                *common.sampler_callbacks(batcher, model_inputs=train_features),
                 _StopAtStep(config.total_steps),
                 validation,
                 keras.callbacks.TensorBoard(workdir / "tensorboard"),
@@ -373,7 +373,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   mingling = tf_repulsive.mingling_index(train_features.reshape(len(train_labels), -1), train_labels,
                                          config.neighbors)
   histogram = np.bincount(np.rint(mingling * config.neighbors).astype(int), minlength=config.neighbors + 1)
-  stats = tf_repulsive.sampling_stats(sampler)
+  stats = batcher.stats()
   result = Result(
       validation_accuracy=validation.history[-1]["validation_accuracy"],
       test_accuracy=test_accuracy,

@@ -298,13 +298,11 @@ class RepulsiveBatcher:
     self._built = _Built(drawer, data, categories,
                          num_categories=sampler.neighbors + 1 if sampler.uses_mingling else 0,
                          radius=radius)
+    key = self._key
+    self._draw_once = tf.function(lambda step: drawer.draw(key, step))
     if sampler.has_disk:
       self._warn_if_first_batch_needs_the_fill()
     return self._built
-
-  @tf.function
-  def _draw_once(self, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    return self._built.drawer.draw(self._key, step)
 
   def _draw_counted(self, built: _Built, step: tf.Tensor) -> tf.Tensor:
     indices, fallback = built.drawer.draw(self._key, step)

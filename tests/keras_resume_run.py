@@ -1,0 +1,106 @@
+"""One process of the Keras resume test: train with BackupAndRestore, crash or resume.
+
+`python keras_resume_run.py crash|resume ORDER WORKDIR`, ORDER one of `callback_first`,
+`backup_first`, `no_callback`. One model trains on a zip of every sampler's stream (one
+`AnnealingCallback` each), so one fit checks them all: its train step fingerprints each sampler's
+batch. Writes WORKDIR/<phase>.json: {"consumed": [[optimizer step, [fingerprint per sampler]], ...]}
+and, when `fit` failed on the data, "error".
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from sklearn import datasets as sk_datasets  # noqa: E402
+
+import checkpoint_cases  # noqa: E402
+import tf_repulsive  # noqa: E402
+
+NUM_POINTS = 600
+BATCH = 30  # 20 steps per epoch
+EPOCHS = 3
+CRASH_AT = 25
+SAVE_FREQ = 5
+SEED = 4
+
+
+def digits():
+  data = sk_datasets.load_digits()
+  return (data.data[:NUM_POINTS] / 16.0).astype(np.float32), data.target[:NUM_POINTS].astype(np.int64)
+
+
+def batcher_for(sampler_name):
+  return tf_repulsive.repulsive_batch(BATCH, checkpoint_cases.SAMPLERS[sampler_name](), seed=SEED)
+
+
+class FingerprintModel(keras.Model):
+  """Trains on the first sampler's batch; its train step keeps the sum of every sampler's batch."""
+
+  def __init__(self, num_streams):
+    super().__init__()
+    self.fingerprint = tf.Variable(tf.zeros([num_streams], tf.float64), trainable=False)
+    self.hidden = keras.layers.Dense(16, activation="relu")
+    self.out = keras.layers.Dense(10)
+
+  def call(self, x):
+    return self.out(self.hidden(x[0]))
+
+  def train_step(self, data):
+    self.fingerprint.assign(tf.stack([tf.reduce_sum(tf.cast(x, tf.float64)) for x in data[0]]))
+    return super().train_step(data)
+
+
+class Record(keras.callbacks.Callback):
+  def __init__(self):
+    super().__init__()
+    self.consumed = []
+
+  def on_train_batch_end(self, batch, logs=None):
+    step = int(self.model.optimizer.iterations.numpy()) - 1
+    self.consumed.append([step, self.model.fingerprint.numpy().tolist()])
+
+
+class Crash(keras.callbacks.Callback):
+  def on_train_batch_begin(self, batch, logs=None):
+    if int(self.model.optimizer.iterations.numpy()) == CRASH_AT:
+      raise RuntimeError("simulated crash")
+
+
+def train(phase, order, workdir):
+  x, y = digits()
+  names = list(checkpoint_cases.SAMPLERS)
+  batchers = [batcher_for(name) for name in names]
+  streams = [tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher) for batcher in batchers]
+  batches = tf.data.Dataset.zip(tuple(streams)).map(
+      lambda *pairs: (tuple(pair[0] for pair in pairs), pairs[0][1])).prefetch(2)
+  keras.utils.set_random_seed(0)
+  model = FingerprintModel(len(names))
+  model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model(tuple(x[:1] for _ in names))  # BackupAndRestore needs a built model
+  backup = keras.callbacks.BackupAndRestore(os.path.join(workdir, "backup"), save_freq=SAVE_FREQ)
+  aligning = [] if order == "no_callback" else [tf_repulsive.AnnealingCallback(b) for b in batchers]
+  callbacks = aligning + [backup] if order == "callback_first" else [backup] + aligning
+  record = Record()
+  callbacks += [record] + ([Crash()] if phase == "crash" else [])
+  result = {"consumed": record.consumed}
+  try:
+    model.fit(batches, epochs=EPOCHS, steps_per_epoch=batchers[0].steps_per_epoch, verbose=0,
+              callbacks=callbacks)
+  except RuntimeError as error:
+    if "simulated crash" not in str(error):
+      raise
+  except tf.errors.InvalidArgumentError as error:
+    result["error"] = error.message
+  return result
+
+
+if __name__ == "__main__":
+  phase_arg, order_arg, workdir_arg = sys.argv[1:]
+  with open(os.path.join(workdir_arg, f"{phase_arg}.json"), "w") as f:
+    json.dump(train(phase_arg, order_arg, workdir_arg), f)

@@ -1,0 +1,72 @@
+"""Keras BackupAndRestore: after a crash and a rerun in a new process, optimizer step n trains on draw n.
+
+For every sampler (one fit over a zip of all their streams), with the `AnnealingCallback`s before
+or after `BackupAndRestore`; without them, `fit` must fail at once, saying what to add, instead of
+replaying step 0.
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_resume_run as run
+
+_SECONDS = 300
+
+
+def _run_phase(phase, orders, tmp_path):
+  """Runs one phase for every order at once (one process each) and returns order -> results."""
+  processes = {order: subprocess.Popen([sys.executable, run.__file__, phase, order, str(tmp_path / order)],
+                                       cwd=str(tmp_path.parent))
+               for order in orders}
+  for order, process in processes.items():
+    assert process.wait(timeout=_SECONDS) == 0, f"{phase} {order}"
+  return {order: json.loads((tmp_path / order / f"{phase}.json").read_text()) for order in orders}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  tmp_path = tmp_path_factory.mktemp("keras_resume")
+  orders = ("callback_first", "backup_first", "no_callback")
+  for order in orders:
+    (tmp_path / order).mkdir()
+  crashed = _run_phase("crash", orders, tmp_path)
+  resumed = _run_phase("resume", orders[:2], tmp_path)
+  return crashed, resumed
+
+
+@pytest.fixture(scope="module")
+def draw_fingerprints():
+  """`[step, sampler]`: the fingerprint of every sampler's draw of steps 0 .. 64."""
+  x, y = run.digits()
+  expected = []
+  for sampler_name in run.checkpoint_cases.SAMPLERS:
+    batcher = run.batcher_for(sampler_name)
+    tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+    expected.append([float(x[batcher.batch_indices(step)].astype(np.float64).sum())
+                     for step in range(run.EPOCHS * batcher.steps_per_epoch + 5)])
+  return np.array(expected).T
+
+
+@pytest.mark.parametrize("order", ["callback_first", "backup_first"])
+def test_every_optimizer_step_trains_on_its_draw_across_a_crash_and_a_new_process(runs, draw_fingerprints, order):
+  crashed, resumed = runs
+  before, after = crashed[order]["consumed"], resumed[order]["consumed"]
+  assert [step for step, _ in before] == list(range(run.CRASH_AT))
+  # The last backup was after step 25 (one every 5); Keras reruns epoch 1 from the restored
+  # optimizer, so the rerun trains steps 25 .. 64.
+  steps_per_epoch = 20
+  assert [step for step, _ in after] == list(range(run.CRASH_AT, run.CRASH_AT + 2 * steps_per_epoch))
+  consumed = before + after
+  np.testing.assert_allclose([fingerprints for _, fingerprints in consumed],
+                             draw_fingerprints[[step for step, _ in consumed]], rtol=1e-9)
+
+
+def test_without_the_callback_fit_fails_at_once_saying_what_to_add(runs):
+  crashed, _ = runs
+  assert "AnnealingCallback" in crashed["no_callback"]["error"]
+  assert crashed["no_callback"]["consumed"] == []

@@ -10,7 +10,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
 from sklearn import datasets as sk_datasets  # noqa: E402
+
+# Four logical CPUs, for the MirroredStrategy tests; must be set before TensorFlow initialises.
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 4)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,123 @@
+"""Programs the distributed tests run in a private network namespace (only loopback exists there).
+
+TF's tf.data service and collective servers listen on every interface; inside the namespace that is
+127.0.0.1 alone. Each program writes what it received to a .npz for the test to check.
+
+* `python distributed_run.py service OUT.npz`: a dispatcher and two workers in this process;
+  streams distributed in both processing modes, plus the two refusals.
+* `python distributed_run.py multi_worker OUT_DIR`: starts two worker processes of a
+  MultiWorkerMirroredStrategy (TF_CONFIG on 127.0.0.1) and waits for them.
+* `python distributed_run.py multi_worker_task INDEX OUT_DIR`: one of those workers.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from sklearn import datasets as sk_datasets  # noqa: E402
+
+import tf_repulsive  # noqa: E402
+
+NUM_POINTS = 300
+BATCH = 20  # 15 steps per epoch
+SEED = 5
+SERVICE_READ = 45  # three epochs
+MULTI_WORKER_STEPS = 6
+MULTI_WORKER_PORTS = (23456, 23457)  # free: the namespace is private
+
+
+def dataset():
+  data = sk_datasets.load_digits()
+  features = (data.data[:NUM_POINTS] / 16.0).astype(np.float32)
+  labels = data.target[:NUM_POINTS].astype(np.int64)
+  return tf.data.Dataset.from_tensor_slices((features, labels, np.arange(NUM_POINTS)))
+
+
+def batcher_for(sampler, start_step=0):
+  return tf_repulsive.repulsive_batch(BATCH, sampler, label_fn=lambda x, y, index: y, seed=SEED,
+                                      start_step=start_step)
+
+
+def service(output):
+  svc = tf.data.experimental.service
+  dispatcher = svc.DispatchServer(svc.DispatcherConfig(port=0))
+  address = dispatcher.target.split("://")[1]
+  workers = [svc.WorkerServer(svc.WorkerConfig(dispatcher_address=address, worker_address="127.0.0.1:%port%",
+                                               port=0)) for _ in range(2)]
+  results = {}
+  for sampler_name, sampler in (("vanilla_pds", tf_repulsive.VanillaPDS()), ("anneal_pds", tf_repulsive.AnnealPDS())):
+    for mode in ("parallel_epochs", "distributed_epoch"):
+      batches = dataset().apply(batcher_for(sampler)).apply(svc.distribute(mode, dispatcher.target))
+      results[f"{sampler_name}-{mode}"] = np.stack(
+          [index for _, _, index in batches.take(SERVICE_READ).as_numpy_iterator()])
+  # A callback-started stream shipped before its start was set: the workers refuse it.
+  unstarted = dataset().apply(batcher_for(tf_repulsive.VanillaPDS(), start_step=None))
+  try:
+    next(iter(unstarted.apply(svc.distribute("distributed_epoch", dispatcher.target))))
+    results["unstarted_error"] = np.array("")
+  except tf.errors.InvalidArgumentError as error:
+    results["unstarted_error"] = np.array(error.message)
+  # Keras with the callback on a shipped callback-started stream: the callback cannot move the
+  # start on the workers, and says so after the first batch.
+  batcher = batcher_for(tf_repulsive.VanillaPDS(), start_step=None)
+  callback = tf_repulsive.AnnealingCallback(batcher)
+  shipped = dataset().apply(batcher).map(lambda x, y, index: (x, y)).apply(
+      svc.distribute("distributed_epoch", dispatcher.target))
+  model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+  model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  try:
+    model.fit(shipped, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[callback])
+    results["keras_error"] = np.array("")
+  except RuntimeError as error:
+    results["keras_error"] = np.array(str(error))
+  np.savez(output, **results)
+  for worker in workers:
+    worker.stop()
+  dispatcher.stop()
+
+
+def multi_worker_task(index, output_dir):
+  os.environ["TF_CONFIG"] = json.dumps({
+      "cluster": {"worker": [f"127.0.0.1:{port}" for port in MULTI_WORKER_PORTS]},
+      "task": {"type": "worker", "index": index}})
+  strategy = tf.distribute.MultiWorkerMirroredStrategy()
+  batcher = batcher_for(tf_repulsive.AnnealPDS())
+  source = dataset()
+  distributed = strategy.distribute_datasets_from_function(
+      lambda context: source.apply(batcher.per_replica(context)))
+  iterator = iter(distributed)
+  shards = []
+  for _ in range(MULTI_WORKER_STEPS):
+    local = strategy.experimental_local_results(next(iterator)[2])
+    shards.append(np.concatenate([tensor.numpy() for tensor in local]))
+  np.save(os.path.join(output_dir, f"worker{index}.npy"), np.stack(shards))
+
+
+def multi_worker(output_dir):
+  tasks = [subprocess.Popen([sys.executable, __file__, "multi_worker_task", str(index), output_dir])
+           for index in range(len(MULTI_WORKER_PORTS))]
+  try:
+    codes = [task.wait(timeout=240) for task in tasks]
+  finally:
+    for task in tasks:
+      task.kill()
+  if any(codes):
+    raise SystemExit(f"a worker failed: exit codes {codes}")
+
+
+if __name__ == "__main__":
+  command, *arguments = sys.argv[1:]
+  if command == "service":
+    service(*arguments)
+  elif command == "multi_worker":
+    multi_worker(*arguments)
+  elif command == "multi_worker_task":
+    multi_worker_task(int(arguments[0]), arguments[1])
+  else:
+    raise SystemExit(f"unknown command {command!r}")

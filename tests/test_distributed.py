@@ -1,0 +1,170 @@
+"""The batch of step n under tf.data service and tf.distribute.
+
+Servers (tf.data service, multi-worker collectives) run in a private network namespace
+(`unshare --net`, loopback only), bounded in time, and stop with their process. The
+MirroredStrategy tests run here on the logical CPUs conftest.py configures.
+"""
+
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import distributed_run as run
+import tf_repulsive
+
+_SECONDS = 300
+
+
+def _loopback_only(command):
+  """`command` in a new network namespace with only the loopback interface, up."""
+  return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
+
+
+@pytest.fixture(scope="module")
+def private_network():
+  if shutil.which("unshare") is None or subprocess.run(
+      _loopback_only(["true"]), capture_output=True).returncode != 0:
+    pytest.skip("needs `unshare --net` (root) so that the servers listen on loopback only")
+
+
+def _draws(sampler, count):
+  batcher = run.batcher_for(sampler)
+  run.dataset().apply(batcher)
+  return np.stack([batcher.batch_indices(step) for step in range(count)])
+
+
+def _steps_of(received, draws):
+  """The step whose draw each received batch is (fails on a batch that is no draw)."""
+  lookup = {tuple(draw): step for step, draw in enumerate(draws)}
+  steps = [lookup.get(tuple(batch)) for batch in received]
+  assert None not in steps, "a received batch is not the draw of any step"
+  return np.array(steps)
+
+
+@pytest.fixture(scope="module")
+def service_results(private_network, tmp_path_factory):
+  output = tmp_path_factory.mktemp("service") / "service.npz"
+  subprocess.run(_loopback_only([sys.executable, run.__file__, "service", str(output)]),
+                 check=True, timeout=_SECONDS)
+  return np.load(output)
+
+
+@pytest.mark.parametrize("sampler_name,sampler", [
+    ("vanilla_pds", tf_repulsive.VanillaPDS()), ("anneal_pds", tf_repulsive.AnnealPDS())])
+def test_service_batches_are_the_draws_of_their_steps(service_results, sampler_name, sampler):
+  draws = _draws(sampler, 200)
+  steps_per_epoch = run.NUM_POINTS // run.BATCH
+  # distributed_epoch: the workers split the step stream: no step twice, none skipped (beyond
+  # the few still in flight when the consumer stopped).
+  split = _steps_of(service_results[f"{sampler_name}-distributed_epoch"], draws)
+  assert len(set(split.tolist())) == len(split) == run.SERVICE_READ
+  assert len(set(range(split.max())) - set(split.tolist())) <= 8
+  # parallel_epochs: every worker produces the whole stream (tf.data's meaning of the mode), so
+  # each step arrives once per worker, and every batch is still its step's draw.
+  parallel = _steps_of(service_results[f"{sampler_name}-parallel_epochs"], draws)
+  assert np.bincount(parallel).max() <= 2
+  assert len(set(range(parallel.max())) - set(parallel.tolist())) <= 8
+  # Epochs differ: the stream does not restart.
+  assert split.max() >= 2 * steps_per_epoch and parallel.max() >= steps_per_epoch
+
+
+def test_service_refuses_a_stream_whose_start_it_cannot_know(service_results):
+  assert "does not know its first step" in str(service_results["unstarted_error"])
+  assert "start_step" in str(service_results["keras_error"])
+
+
+def test_multi_worker_shards_are_disjoint_and_make_the_global_draw(private_network, tmp_path):
+  subprocess.run(_loopback_only([sys.executable, run.__file__, "multi_worker", str(tmp_path)]),
+                 check=True, timeout=_SECONDS)
+  shards = [np.load(tmp_path / f"worker{index}.npy") for index in range(2)]
+  draws = _draws(tf_repulsive.AnnealPDS(), run.MULTI_WORKER_STEPS)
+  half = run.BATCH // 2
+  for step in range(run.MULTI_WORKER_STEPS):
+    np.testing.assert_array_equal(shards[0][step], draws[step][:half])
+    np.testing.assert_array_equal(shards[1][step], draws[step][half:])
+
+
+def _mirrored(replicas):
+  return tf.distribute.MirroredStrategy([f"/cpu:{device}" for device in range(replicas)])
+
+
+def _global_batches(strategy, distributed, steps):
+  """Per step, the replicas' index slices in replica order, concatenated."""
+  iterator = iter(distributed)
+  return np.stack([
+      np.concatenate([t.numpy() for t in strategy.experimental_local_results(next(iterator)[2])])
+      for _ in range(steps)])
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+def test_every_replica_count_sees_the_same_global_draws(replicas):
+  draws = _draws(tf_repulsive.AnnealPDS(), 8)
+  strategy = _mirrored(replicas)
+  batcher = run.batcher_for(tf_repulsive.AnnealPDS())
+  source = run.dataset()
+  from_function = strategy.distribute_datasets_from_function(
+      lambda context: source.apply(batcher.per_replica(context)))
+  np.testing.assert_array_equal(_global_batches(strategy, from_function, 8), draws)
+  whole = strategy.experimental_distribute_dataset(run.dataset().apply(run.batcher_for(tf_repulsive.AnnealPDS())))
+  np.testing.assert_array_equal(_global_batches(strategy, whole, 8), draws)
+
+
+def test_per_replica_slices_follow_replica_order():
+  strategy = _mirrored(2)
+  batcher = run.batcher_for(tf_repulsive.VanillaPDS())
+  source = run.dataset()
+  distributed = strategy.distribute_datasets_from_function(
+      lambda context: source.apply(batcher.per_replica(context)))
+  first = strategy.experimental_local_results(next(iter(distributed))[2])
+  draw = batcher.batch_indices(0)
+  np.testing.assert_array_equal(first[0].numpy(), draw[:10])
+  np.testing.assert_array_equal(first[1].numpy(), draw[10:])
+
+
+def test_keras_fit_under_a_strategy_starts_at_the_optimizer_step():
+  # Two fits on 2 replicas, the second on a new model given the trained weights and optimizer step
+  # (as after a resume): each stream starts at the optimizer's step. (One process cannot hold
+  # collectives of two replica counts; the replica count does not change the draws, see above.)
+  starts, weights, iterations = [], None, 0
+  for _ in range(2):
+    strategy = _mirrored(2)
+    with strategy.scope():
+      model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+      model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+      model.optimizer.build(model.trainable_variables)
+    if weights is not None:
+      model.set_weights(weights)
+      model.optimizer.iterations.assign(iterations)
+    batcher = run.batcher_for(tf_repulsive.VanillaPDS(), start_step=None)
+    batches = run.dataset().apply(batcher).map(lambda x, y, index: (x, y))
+    model.fit(batches, epochs=2, steps_per_epoch=2, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+    starts.append(batcher.last_start())
+    weights, iterations = model.get_weights(), int(model.optimizer.iterations.numpy())
+  assert starts == [0, 4]
+  assert iterations == 8
+
+
+def test_a_stream_resumed_on_another_replica_count_continues_the_global_draws():
+  draws = _draws(tf_repulsive.AnnealPDS(), 8)
+  source = run.dataset()
+  for replicas, first_step in ((2, 0), (4, 4)):
+    strategy = _mirrored(replicas)
+    batcher = run.batcher_for(tf_repulsive.AnnealPDS(), start_step=None)
+    distributed = strategy.distribute_datasets_from_function(
+        lambda context, batcher=batcher: source.apply(batcher.per_replica(context)))
+    batcher.start_at(first_step)
+    np.testing.assert_array_equal(_global_batches(strategy, distributed, 4), draws[first_step:first_step + 4])
+
+
+def test_per_replica_refuses_a_batch_the_replicas_cannot_share():
+  batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), start_step=0)
+  context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=4)
+  with pytest.raises(ValueError, match="multiple of the 4 replicas"):
+    batcher.per_replica(context)
+  with pytest.raises(TypeError, match="InputContext"):
+    batcher.per_replica(4)

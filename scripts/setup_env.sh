@@ -4,13 +4,16 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
-# The speech example speaks its embedded dataset with espeak-ng and resamples it with sox.
-if ! command -v espeak-ng >/dev/null || ! command -v sox >/dev/null; then
+# The speech example speaks its embedded dataset with espeak-ng and resamples it with sox; the
+# distributed tests run their servers in a private network namespace (unshare from util-linux,
+# ip from iproute2).
+if ! command -v espeak-ng >/dev/null || ! command -v sox >/dev/null || ! command -v ip >/dev/null \
+    || ! command -v unshare >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox iproute2 util-linux >/dev/null
   else
-    echo "note: install espeak-ng and sox (apt-get install espeak-ng sox) for the speech example" >&2
+    echo "note: install espeak-ng, sox (speech example) and iproute2 (distributed tests, as root)" >&2
   fi
 fi
 if [ ! -x .venv/bin/python ]; then

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup_env.sh
-exec .venv/bin/python -m pytest -q tests "$@"
+exec .venv/bin/python -m pytest -q "$@"

@@ -115,6 +115,8 @@ def test_callback_needs_an_active_bias_batcher():
     tf_repulsive.ActiveBiasCallback(tf_repulsive.ActiveBias())
   with pytest.raises(TypeError, match="ActiveBias"):
     tf_repulsive.ActiveBiasCallback(tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform()))
+  with pytest.raises(ValueError, match="start_step=None"):
+    tf_repulsive.ActiveBiasCallback(tf_repulsive.repulsive_batch(4, tf_repulsive.ActiveBias(), start_step=0))
 
 
 def test_labels_are_required():

@@ -130,6 +130,12 @@ class ActiveBiasCallback(_callback.BatchStreamCallback):
     super().__init__(batcher)
     if not isinstance(batcher.sampler, ActiveBias):
       raise TypeError(f"`batcher` must sample with ActiveBias(); it samples with {batcher.sampler!r}.")
+    if batcher.start_step is not None:
+      # The weights live in this process: the stream must run here, which the callback checks
+      # only for a stream it starts itself.
+      raise ValueError(
+          "ActiveBiasCallback needs a batcher built with start_step=None: the sampling weights it "
+          "updates live in this process, and it checks that the stream it starts runs here.")
     self._sampler = batcher.sampler
     self._from_logits = from_logits
     self._batch_size = batch_size

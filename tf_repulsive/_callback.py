@@ -94,7 +94,7 @@ class AnnealingCallback(BatchStreamCallback):
   >>> import keras, numpy as np, tensorflow as tf, tf_repulsive
   >>> x = np.random.default_rng(0).normal(size=(200, 2)).astype("float32")
   >>> y = (x[:, 0] > 0).astype("int64")
-  >>> batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS(), seed=0)
+  >>> batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS(radius=0.3), seed=0)
   >>> batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
   >>> model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -46,10 +46,10 @@ class FingerprintModel(keras.Model):
     return super().train_step(data)
 
 
-def _model():
+def _model(steps_per_execution=1):
   fingerprint = tf.Variable(0.0, dtype=tf.float64, trainable=False)
   model = FingerprintModel(fingerprint)
-  model.compile(optimizer=keras.optimizers.Adam(1e-3),
+  model.compile(optimizer=keras.optimizers.Adam(1e-3), steps_per_execution=steps_per_execution,
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   return model, fingerprint
 
@@ -90,6 +90,15 @@ def test_batch_of_step_n_is_the_draw_for_n(digits, steps_per_epoch, repeat):
                            repeat=repeat)
   per_epoch = steps_per_epoch or int(np.ceil(len(digits[1]) / BATCH))
   _assert_consumed_draws(digits, batcher, recorder, 0, 3 * per_epoch)
+
+
+def test_several_steps_per_execution_still_start_at_the_optimizer_step(digits):
+  model, _ = _model(steps_per_execution=4)
+  batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS())
+  model.fit(batches, epochs=2, steps_per_epoch=8, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS())
+  model.fit(batches, epochs=1, steps_per_epoch=8, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  assert batcher.last_start() == 16
 
 
 @pytest.mark.parametrize("same_pipeline", [False, True])

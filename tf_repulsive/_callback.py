@@ -28,6 +28,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
           f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
     self._batcher = batcher
     self._fit_start: int | None = None
+    self._start_checked = False
     if batcher.start_step is None:
       # A stream Keras opens before `on_train_begin` (to build a model under a distribution
       # strategy) is thrown away; it only needs a start to open.
@@ -43,6 +44,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "steps_per_epoch=batcher.steps_per_epoch (or any number of steps) to fit.")
     self._batcher.steps_per_epoch  # Raises now if the batcher was never applied to a dataset.
     self._fit_start = None
+    self._start_checked = False
 
   def on_epoch_begin(self, epoch, logs=None):
     if self._fit_start is not None:
@@ -59,8 +61,10 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._fit_start = step
 
   def on_train_batch_end(self, batch, logs=None):
-    if self._fit_start is None or batch != 0:
+    # The first call of a fit (with steps_per_execution > 1 its `batch` is not 0).
+    if self._fit_start is None or self._start_checked:
       return
+    self._start_checked = True
     started = self._batcher.last_start()
     if started != self._fit_start:
       raise RuntimeError(

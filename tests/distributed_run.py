@@ -97,6 +97,21 @@ def multi_worker_task(index, output_dir):
     local = strategy.experimental_local_results(next(iterator)[2])
     shards.append(np.concatenate([tensor.numpy() for tensor in local]))
   np.save(os.path.join(output_dir, f"worker{index}.npy"), np.stack(shards))
+  # Keras given the whole global batches (TF would rebatch them as if each worker read other data):
+  # fit must fail. (Keras 3.15 fails by itself here, in its symbolic build; the callback refuses it
+  # too, see test_callback.py.)
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  whole = batcher_for(tf_repulsive.AnnealPDS(), start_step=None)
+  batches = source.apply(whole).map(lambda x, y, position: (x, y))
+  try:
+    model.fit(batches, epochs=1, steps_per_epoch=2, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(whole)])
+    refusal = ""
+  except Exception as error:  # noqa: BLE001 - whichever layer refuses, it must not train.
+    refusal = f"{type(error).__name__}: {error}"
+  with open(os.path.join(output_dir, f"worker{index}_refusal.txt"), "w") as f:
+    f.write(refusal)
 
 
 def multi_worker(output_dir):

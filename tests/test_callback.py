@@ -1,5 +1,7 @@
 """model.fit with AnnealingCallback: batch of optimizer step n is the draw for n, with pi_n."""
 
+import types
+
 import keras
 import numpy as np
 import pytest
@@ -99,6 +101,19 @@ def test_several_steps_per_execution_still_start_at_the_optimizer_step(digits):
   batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS())
   model.fit(batches, epochs=1, steps_per_epoch=8, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
   assert batcher.last_start() == 16
+
+
+def test_whole_global_batches_under_several_workers_are_refused(digits):
+  # What the callback sees in fit under a two-worker MultiWorkerMirroredStrategy.
+  cluster = tf.train.ClusterSpec({"worker": ["127.0.0.1:1", "127.0.0.1:2"]})
+  strategy = types.SimpleNamespace(
+      cluster_resolver=tf.distribute.cluster_resolver.SimpleClusterResolver(cluster))
+  batcher, _ = _digits_batcher(digits, tf_repulsive.VanillaPDS())
+  callback = tf_repulsive.AnnealingCallback(batcher)
+  callback.set_model(types.SimpleNamespace(distribute_strategy=strategy))
+  callback.set_params({"steps": 5})
+  with pytest.raises(ValueError, match="2 workers.*per_replica"):
+    callback.on_train_begin()
 
 
 @pytest.mark.parametrize("same_pipeline", [False, True])

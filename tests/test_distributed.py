@@ -87,6 +87,9 @@ def test_multi_worker_shards_are_disjoint_and_make_the_global_draw(private_netwo
   for step in range(run.MULTI_WORKER_STEPS):
     np.testing.assert_array_equal(shards[0][step], draws[step][:half])
     np.testing.assert_array_equal(shards[1][step], draws[step][half:])
+  # Keras on the whole global batches under two workers fails instead of training.
+  for index in range(2):
+    assert (tmp_path / f"worker{index}_refusal.txt").read_text()
 
 
 def _mirrored(replicas):

@@ -43,6 +43,16 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "repulsive_batch gives an unbounded stream of batches: pass "
           "steps_per_epoch=batcher.steps_per_epoch (or any number of steps) to fit.")
     self._batcher.steps_per_epoch  # Raises now if the batcher was never applied to a dataset.
+    resolver = getattr(self.model.distribute_strategy, "cluster_resolver", None)
+    workers = resolver.cluster_spec().num_tasks("worker") if resolver is not None else 1
+    if workers > 1 and not self._batcher.per_replica_slices:
+      # TF's multi-worker rebatching expects each worker to read different data; given the same
+      # global draws, the workers' slices would overlap.
+      raise ValueError(
+          f"under a strategy with {workers} workers, give fit the stream of "
+          "strategy.distribute_datasets_from_function(lambda context: "
+          "dataset.apply(batcher.per_replica(context))): each worker then takes its replicas' "
+          "slices of every global draw.")
     self._fit_start = None
     self._start_checked = False
 

@@ -110,6 +110,8 @@ class RepulsiveBatcher:
     self._distance_cache_bytes = distance_cache_bytes
     self._key = tf.constant([seed, _KEY_SALT], tf.int64)
     self._built: _Built | None = None
+    # Whether the stream holds replicas' slices (`per_replica`) rather than whole global batches.
+    self.per_replica_slices = False
     if start_step is None:
       # Where the next stream starts, and where the last one that began here did start: a stream
       # that runs out of reach (tf.data service) leaves the second unset, and the callback says so.
@@ -152,6 +154,7 @@ class RepulsiveBatcher:
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
       built = self._build(dataset)
+      self.per_replica_slices = True
 
       def draw_slices(step):
         indices = tf.reshape(self._draw_counted(built, step), [replicas, per_replica])[first:first + local]

@@ -9,13 +9,11 @@ import os
 import sys
 import warnings
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np
+import tensorflow as tf
+from sklearn import datasets as sk_datasets
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from sklearn import datasets as sk_datasets  # noqa: E402
-
-import tf_repulsive  # noqa: E402
+import tf_repulsive
 
 NUM_POINTS = 60
 BATCH = 20

@@ -15,14 +15,12 @@ import os
 import subprocess
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras
+import numpy as np
+import tensorflow as tf
+from sklearn import datasets as sk_datasets
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from sklearn import datasets as sk_datasets  # noqa: E402
-
-import tf_repulsive  # noqa: E402
+import tf_repulsive
 
 NUM_POINTS = 300
 BATCH = 20  # 15 steps per epoch

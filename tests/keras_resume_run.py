@@ -11,15 +11,13 @@ import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras
+import numpy as np
+import tensorflow as tf
+from sklearn import datasets as sk_datasets
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from sklearn import datasets as sk_datasets  # noqa: E402
-
-import checkpoint_cases  # noqa: E402
-import tf_repulsive  # noqa: E402
+import checkpoint_cases
+import tf_repulsive
 
 NUM_POINTS = 600
 BATCH = 30  # 20 steps per epoch

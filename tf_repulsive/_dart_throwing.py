@@ -67,6 +67,11 @@ class DartThrower:
     self.category_pi = plan.category_pi
     # Centering leaves distances unchanged and keeps Gram-based distances accurate in float32.
     centered = features.astype(np.float64) - features.astype(np.float64).mean(axis=0)
+    # Scaling by a power of two (exact) to norms <= 1 keeps squared norms finite in float32 (from
+    # |x| ~ 1e19 they overflow, and NaN distances would let a point be drawn twice); radii follow.
+    max_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", centered, centered), initial=0.0)))
+    scale = 2.0 ** -math.ceil(math.log2(max_norm)) if max_norm > 0 else 1.0
+    centered *= scale
     self._features = tf.constant(centered.astype(np.float32))
     # A rigorous bound on the float32 rounding error of |x|^2 + |y|^2 - 2 x.y is
     # tolerance * (|x|^2 + |y|^2). Shrinking the squared norms by it makes pairs within that error
@@ -77,7 +82,7 @@ class DartThrower:
         ((1.0 - tolerance) * np.einsum("ij,ij->i", centered, centered)).astype(np.float32))
     self._sq_distances = None
     if plan.point_radius is not None:
-      radius = plan.point_radius.astype(np.float32)
+      radius = (plan.point_radius * scale).astype(np.float32)
       # One radius for all points (Vanilla, Dense, Anneal) needs no per-pair minimum.
       self._uniform_radius = float(radius[0]) if np.all(radius == radius[0]) else None
       self._point_radius = tf.constant(radius)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import random
 import warnings
 from typing import Any, Callable
 
@@ -408,6 +407,38 @@ def _as_label(label: Any) -> tf.Tensor:
   return tf.reshape(tf.cast(label, tf.int64), [])
 
 
+def _dict_defaults(spec: dict, feature_fn, label_fn, needs_labels: bool):
+  """Default `feature_fn` / `label_fn` for dict elements: by name, never by sorted key order.
+
+  The label is the "label" key (the TFDS convention); the features are the one other numeric
+  component. Anything else is ambiguous and must be said with the argument.
+  """
+  keys = sorted(spec)
+  if needs_labels and label_fn is None:
+    if "label" not in spec:
+      raise ValueError(
+          f"the elements are dicts with keys {keys} and no 'label' key: pass `label_fn`, e.g. "
+          "label_fn=lambda e: e['class_id'].")
+
+    def label_fn(element):
+      return element["label"]
+
+  if feature_fn is None:
+    numeric = [key for key in keys if key != "label" and isinstance(spec[key], tf.TensorSpec)
+               and (spec[key].dtype.is_floating or spec[key].dtype.is_integer or spec[key].dtype.is_bool)]
+    if len(numeric) != 1:
+      found = "none" if not numeric else " and ".join(repr(key) for key in numeric)
+      raise ValueError(
+          f"the elements are dicts with keys {keys}: the features default to the one numeric "
+          f"component besides 'label', and found {found}. Pass `feature_fn`, e.g. "
+          f"feature_fn=lambda e: e[{(numeric or keys)[0]!r}].")
+    feature_key = numeric[0]
+
+    def feature_fn(element):
+      return element[feature_key]
+  return feature_fn, label_fn
+
+
 def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bool,
                  max_elements: int) -> _Materialized:
   """Reads the finite dataset once: elements, their feature vectors and (if needed) labels."""
@@ -422,6 +453,8 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
           f"elements must be dense tensors; got {type(spec).__name__}. Pad ragged or densify "
           "sparse components first (e.g. with Dataset.map).")
   is_tuple = isinstance(dataset.element_spec, tuple)
+  if isinstance(dataset.element_spec, dict):
+    feature_fn, label_fn = _dict_defaults(dataset.element_spec, feature_fn, label_fn, needs_labels)
   if needs_labels and label_fn is None and len(tf.nest.flatten(dataset.element_spec)) < 2:
     raise ValueError(
         "this sampler needs class labels but the elements have a single component; use "
@@ -501,10 +534,12 @@ def repulsive_batch(
     sampler: `Uniform()`, `VanillaPDS()`, `EasyPDS()`, `DensePDS(pi)`, `AnnealPDS()`, `KDPP()`,
       `FastKDPP()` or `ActiveBias()`: a configuration, reusable across batchers.
     feature_fn: called like a `Dataset.map` function on an element; returns the vector distances
-      are measured in. Default: the first component, flattened, as float32.
+      are measured in. Default: the first component (tuples), or for dict elements the one
+      numeric component besides "label"; flattened, as float32.
     label_fn: likewise, returns the integer class id, for the samplers that need labels.
-      Default: the last component.
-    seed: seed of the batch draws; None picks one at random (batches differ run to run).
+      Default: the last component (tuples), or the "label" key (dicts).
+    seed: seed of the batch draws, a 64-bit integer. None: drawn like TensorFlow ops draw theirs,
+      so reproducible after `tf.random.set_seed` / `keras.utils.set_random_seed`, random otherwise.
     start_step: the step of the stream's first batch. None (default): set by
       `AnnealingCallback(batcher)` to the optimizer's step when `fit` starts; iterating without
       the callback raises. An int: fixed (custom loops, tf.data service).
@@ -537,10 +572,14 @@ def repulsive_batch(
       raise TypeError(f"`{name}` must be callable or None; got {fn!r}.")
   if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
     raise TypeError(f"`seed` must be an int or None; got {seed!r}.")
+  if seed is not None and not -2**63 <= seed < 2**63:
+    raise ValueError(f"`seed` must be a 64-bit integer, in [-2**63, 2**63 - 1]; got {seed}.")
   if start_step is not None:
     _check_step(start_step)
   if seed is None:
-    seed = random.SystemRandom().randrange(2**62)
+    # Like TensorFlow's own ops with seed=None: reproducible under tf.random.set_seed (or
+    # keras.utils.set_random_seed), random otherwise.
+    seed = int(tf.random.uniform([], maxval=2**62, dtype=tf.int64))
   return RepulsiveBatcher(batch_size, sampler, feature_fn=feature_fn, label_fn=label_fn, seed=seed,
                           start_step=start_step, max_elements=max_elements,
                           distance_cache_bytes=distance_cache_bytes)

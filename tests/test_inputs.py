@@ -84,3 +84,29 @@ def test_seed_none_follows_the_global_seed():
 def test_seed_out_of_range_names_the_argument_and_the_range():
   with pytest.raises(ValueError, match=r"`seed` must be a 64-bit integer, in \[-2\*\*63, 2\*\*63 - 1\]"):
     tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform(), seed=2**70)
+
+
+@pytest.mark.parametrize("batch", [
+    lambda ds: ds.batch(32), lambda ds: ds.batch(32, drop_remainder=True).prefetch(2),
+    lambda ds: ds.padded_batch(32)])
+def test_already_batched_input_is_refused_with_the_fix(batch):
+  x, y = _points()
+  dataset = batch(tf.data.Dataset.from_tensor_slices((x, y)))
+  with pytest.raises(ValueError, match=r"already batched \(a Dataset.batch\(32\).*unbatch\(\)"):
+    dataset.apply(tf_repulsive.repulsive_batch(4, tf_repulsive.VanillaPDS()))
+
+
+def test_unbatched_or_array_elements_are_fine():
+  x, y = _points()
+  dataset = tf.data.Dataset.from_tensor_slices((x, y))
+  unbatched = dataset.batch(32).unbatch()
+  batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), start_step=0)
+  assert next(iter(unbatched.apply(batcher)))[0].shape == (4, 4)
+  # Batches reduced to one vector each are elements, not batches.
+  means = dataset.batch(10).map(lambda xs, ys: tf.reduce_mean(xs, axis=0))
+  batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), start_step=0)
+  assert next(iter(means.apply(batcher))).shape == (4, 4)
+  # Elements that are arrays (a 32 x 4 matrix per element) with no batching upstream.
+  matrices = tf.data.Dataset.from_tensor_slices(np.zeros((10, 32, 4), np.float32))
+  batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), start_step=0)
+  assert next(iter(matrices.apply(batcher))).shape == (4, 32, 4)

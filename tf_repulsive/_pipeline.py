@@ -407,6 +407,31 @@ def _as_label(label: Any) -> tf.Tensor:
   return tf.reshape(tf.cast(label, tf.int64), [])
 
 
+def _upstream_batch_size(dataset: tf.data.Dataset) -> int | None:
+  """The batch size when `dataset`'s elements are batches made upstream, else None.
+
+  Walks the chain of unary transformations back to the nearest batching (`batch`,
+  `padded_batch`; an `unbatch` ends the search) and calls the elements batches when every
+  component's leading dimension is that batch size or unknown. Elements that are arrays of their
+  own pass: no batching upstream, or other leading dimensions. Relies on tf.data's internal
+  `_input_dataset` / `_batch_size` attributes; without them nothing is detected.
+  """
+  node = dataset
+  while node is not None and "Unbatch" not in type(node).__name__:
+    batch_size = getattr(node, "_batch_size", None)
+    if batch_size is not None:
+      try:
+        size = int(batch_size)
+      except (TypeError, ValueError):
+        return None
+      shapes = [spec.shape for spec in tf.nest.flatten(dataset.element_spec)]
+      batched = all(shape.rank is not None and shape.rank >= 1 and shape[0] in (None, size)
+                    for shape in shapes)
+      return size if batched else None
+    node = getattr(node, "_input_dataset", None)
+  return None
+
+
 def _dict_defaults(spec: dict, feature_fn, label_fn, needs_labels: bool):
   """Default `feature_fn` / `label_fn` for dict elements: by name, never by sorted key order.
 
@@ -452,6 +477,12 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
       raise TypeError(
           f"elements must be dense tensors; got {type(spec).__name__}. Pad ragged or densify "
           "sparse components first (e.g. with Dataset.map).")
+  upstream_batch = _upstream_batch_size(dataset)
+  if upstream_batch is not None:
+    raise ValueError(
+        f"the input dataset is already batched (a Dataset.batch({upstream_batch}) upstream, and "
+        "every component has that leading dimension): repulsive_batch draws its batches from "
+        "single elements. Apply it before .batch(), or call .unbatch() first.")
   is_tuple = isinstance(dataset.element_spec, tuple)
   if isinstance(dataset.element_spec, dict):
     feature_fn, label_fn = _dict_defaults(dataset.element_spec, feature_fn, label_fn, needs_labels)

@@ -225,3 +225,18 @@ def test_uniform_inclusion_is_uniform():
     counts = np.bincount(np.concatenate([batcher.batch_indices(n) for n in range(max_batches)]),
                          minlength=size)
     assert stats.chisquare(counts).pvalue > 1e-3
+
+
+def test_mingling_mix_is_recorded_as_drawn_and_recomputed_otherwise(digits):
+  features, labels = digits
+  values = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)
+  batcher, batches = _digits_pipeline(digits, tf_repulsive.AnnealPDS())
+  drawn = [index for _, _, index in batches.take(10).as_numpy_iterator()]
+  expected = np.stack([np.bincount(values[index], minlength=6) / 50 for index in drawn])
+  recompute = batcher.batch_indices
+  batcher.batch_indices = None  # the drawn steps must be read from the record, not recomputed
+  np.testing.assert_allclose(batcher.compositions(range(10)), expected)
+  batcher.batch_indices = recompute
+  np.testing.assert_allclose(batcher.composition(5000),
+                             np.bincount(values[batcher.batch_indices(5000)], minlength=6) / 50)
+  assert _digits_pipeline(digits, tf_repulsive.VanillaPDS())[0].composition(0) is None

@@ -100,8 +100,7 @@ class AnnealingCallback(BatchStreamCallback):
 
   Args:
     batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
-    log_batches: also log every batch (recomputes each batch's draw: about one extra draw per
-      step); for TensorBoard with `update_freq="batch"`.
+    log_batches: also log every batch; for TensorBoard with `update_freq="batch"`.
 
   Example:
 
@@ -145,8 +144,8 @@ class AnnealingCallback(BatchStreamCallback):
     pi = batcher.pi(last_step)
     if pi is not None:
       logs.update({f"sampler_pi_{m}": float(p) for m, p in enumerate(pi)})
-    compositions = [batcher.composition(step) for step in steps]
-    if compositions and compositions[0] is not None:
-      composition = np.mean(compositions, axis=0)
+    compositions = batcher.compositions(steps) if len(steps) else None
+    if compositions is not None:
+      composition = compositions.mean(axis=0)
       logs.update({f"sampler_mingling_{m}": float(c) for m, c in enumerate(composition)})
     logs["sampler_fallback_batches"] = float(batcher.stats().fallback_batches)

@@ -28,6 +28,8 @@ _KEY_SALT = 0x5EED
 # stream's cardinality is infinite (Keras then asks for steps_per_epoch instead of waiting for an end).
 _LAST_STEP = 2**62
 _UNSET = -1
+# Steps whose batches' mingling mix is kept (per step, as it is drawn) for the callbacks' logs.
+_MIX_HISTORY = 4096
 _NO_START_MESSAGE = (
     "repulsive_batch: the batch stream does not know its first step. In model.fit add "
     "tf_repulsive.AnnealingCallback(batcher) to the callbacks (it starts the stream at the "
@@ -78,6 +80,12 @@ class _Built:
     self.radius = radius
     # Batches drawn, batches that needed the fallback fill, points the fill supplied.
     self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False)
+    if categories is not None:
+      self.category_tensor = tf.constant(categories.astype(np.int32))
+      # Ring of the last _MIX_HISTORY steps drawn: per row the step, then its mingling-value counts.
+      self.mix_record = tf.Variable(
+          tf.concat([tf.fill([_MIX_HISTORY, 1], tf.constant(_UNSET, tf.int64)),
+                     tf.zeros([_MIX_HISTORY, num_categories], tf.int64)], axis=1), trainable=False)
 
 
 class RepulsiveBatcher:
@@ -223,11 +231,25 @@ class RepulsiveBatcher:
 
   def composition(self, step: int) -> np.ndarray | None:
     """Fraction of the batch of `step` per mingling value, for samplers that compute them."""
+    mix = self.compositions([step])
+    return None if mix is None else mix[0]
+
+  def compositions(self, steps) -> np.ndarray | None:
+    """`[len(steps), K + 1]` fractions per mingling value, or None without mingling values.
+
+    Read from what the pipeline recorded as it drew those steps in this process; steps it did not
+    draw here (or drew more than 4096 steps ago) are recomputed.
+    """
     built = self._require_built()
     if built.categories is None:
       return None
-    counts = np.bincount(built.categories[self.batch_indices(step)], minlength=built.num_categories)
-    return counts / counts.sum()
+    steps = np.asarray(list(steps), dtype=np.int64)
+    record = built.mix_record.numpy()[steps % _MIX_HISTORY]
+    counts = record[:, 1:].astype(np.float64)
+    for position in np.flatnonzero(record[:, 0] != steps):
+      counts[position] = np.bincount(built.categories[self.batch_indices(int(steps[position]))],
+                                     minlength=built.num_categories)
+    return counts / counts.sum(axis=1, keepdims=True)
 
   def stats(self) -> SamplingStats:
     """Counters of the draws this pipeline made in this process."""
@@ -309,8 +331,14 @@ class RepulsiveBatcher:
   def _draw_counted(self, built: _Built, step: tf.Tensor) -> tf.Tensor:
     indices, fallback = built.drawer.draw(self._key, step)
     fallback = tf.cast(fallback, tf.int64)
-    counted = built.counters.assign_add(tf.stack([tf.constant(1, tf.int64), tf.minimum(fallback, 1), fallback]))
-    with tf.control_dependencies([counted]):
+    recorded = [built.counters.assign_add(
+        tf.stack([tf.constant(1, tf.int64), tf.minimum(fallback, 1), fallback]))]
+    if built.categories is not None:
+      mix = tf.math.bincount(tf.gather(built.category_tensor, indices), minlength=built.num_categories,
+                             maxlength=built.num_categories, dtype=tf.int64)
+      row = tf.concat([tf.reshape(step, [1]), mix], axis=0)
+      recorded.append(built.mix_record.scatter_nd_update(tf.reshape(step % _MIX_HISTORY, [1, 1]), row[None, :]))
+    with tf.control_dependencies(recorded):
       return tf.identity(indices)
 
   @staticmethod

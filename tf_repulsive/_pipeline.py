@@ -8,6 +8,7 @@ service and `tf.distribute` carry it like any other element.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 import warnings
@@ -322,8 +323,9 @@ class RepulsiveBatcher:
     self._built = _Built(drawer, data, categories,
                          num_categories=sampler.neighbors + 1 if sampler.uses_mingling else 0,
                          radius=radius)
-    key = self._key
-    self._draw_once = tf.function(lambda step: drawer.draw(key, step))
+    # A partial, not a lambda: TensorFlow counts traces per code object, and would call one trace
+    # per batcher "retracing" after a few batchers.
+    self._draw_once = tf.function(functools.partial(drawer.draw, self._key))
     if sampler.has_disk:
       self._warn_if_first_batch_needs_the_fill()
     return self._built

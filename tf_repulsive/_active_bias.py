@@ -136,7 +136,6 @@ class ActiveBiasCallback(_callback.BatchStreamCallback):
       raise ValueError(
           "ActiveBiasCallback needs a batcher built with start_step=None: the sampling weights it "
           "updates live in this process, and it checks that the stream it starts runs here.")
-    self._sampler = batcher.sampler
     self._from_logits = from_logits
     self._batch_size = batch_size
     self._inputs = inputs
@@ -174,9 +173,9 @@ class ActiveBiasCallback(_callback.BatchStreamCallback):
     state.total.assign_add(true_class)
     state.total_sq.assign_add(true_class**2)
     state.epochs.assign_add(1)
-    if int(state.epochs.numpy()) >= self._sampler.warmup_epochs:
+    if int(state.epochs.numpy()) >= self._batcher.sampler.warmup_epochs:
       state.weights.assign(prediction_variance_weights(
-          state.count.numpy(), state.total.numpy(), state.total_sq.numpy(), self._sampler.smoothness))
+          state.count.numpy(), state.total.numpy(), state.total_sq.numpy(), self._batcher.sampler.smoothness))
     if logs is not None:
       weights = state.weights.numpy()
       logs["active_bias_max_probability"] = float(weights.max() / weights.sum())

@@ -118,8 +118,7 @@ class RepulsiveBatcher:
     self._distance_cache_bytes = distance_cache_bytes
     self._key = tf.constant([seed, _KEY_SALT], tf.int64)
     self._built: _Built | None = None
-    # Whether the stream holds replicas' slices (`per_replica`) rather than whole global batches.
-    self.per_replica_slices = False
+    self._per_replica_slices = False
     if start_step is None:
       # Where the next stream starts, and where the last one that began here did start: a stream
       # that runs out of reach (tf.data service) leaves the second unset, and the callback says so.
@@ -162,7 +161,7 @@ class RepulsiveBatcher:
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
       built = self._build(dataset)
-      self.per_replica_slices = True
+      self._per_replica_slices = True
 
       def draw_slices(step):
         indices = tf.reshape(self._draw_counted(built, step), [replicas, per_replica])[first:first + local]
@@ -179,6 +178,11 @@ class RepulsiveBatcher:
   def steps_per_epoch(self) -> int:
     """ceil(N / batch_size): the steps of one epoch (for `model.fit(steps_per_epoch=...)`)."""
     return math.ceil(self._require_built().num_points / self.batch_size)
+
+  @property
+  def per_replica_slices(self) -> bool:
+    """Whether the stream holds replicas' slices (`per_replica`) rather than whole global batches."""
+    return self._per_replica_slices
 
   @property
   def num_points(self) -> int:

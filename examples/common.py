@@ -15,8 +15,9 @@ import tensorflow as tf
 
 import tf_repulsive
 
-# --sampler values. Dense PDS takes its pi from --dense_pi (default: uniform over mingling values).
-SAMPLER_NAMES = ("uniform", "vanilla_pds", "easy_pds", "dense_pds", "anneal_pds")
+# --sampler values: the two uniform baselines (the paper's independent batches; one pass per epoch,
+# as shuffle + batch), then the paper's samplers. Dense PDS takes its pi from --dense_pi (default: uniform over mingling values).
+SAMPLER_NAMES = ("uniform", "epoch_shuffle", "vanilla_pds", "easy_pds", "dense_pds", "anneal_pds")
 # The paper's baselines, also accepted by --sampler.
 BASELINE_NAMES = ("kdpp", "fast_kdpp", "active_bias")
 ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES
@@ -67,6 +68,7 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | None = None,
   """
   factories: dict[str, Callable[[], tf_repulsive.Sampler]] = {
       "uniform": tf_repulsive.Uniform,
+      "epoch_shuffle": tf_repulsive.EpochShuffle,
       "vanilla_pds": lambda: tf_repulsive.VanillaPDS(radius=radius),
       "easy_pds": lambda: tf_repulsive.EasyPDS(radius=radius, neighbors=neighbors),
       "dense_pds": lambda: tf_repulsive.DensePDS(

@@ -28,6 +28,7 @@ CALLBACK_START = 7
 
 SAMPLERS = {
     "uniform": tf_repulsive.Uniform,
+    "epoch_shuffle": tf_repulsive.EpochShuffle,
     "vanilla_pds": tf_repulsive.VanillaPDS,
     "easy_pds": tf_repulsive.EasyPDS,
     "dense_pds": lambda: tf_repulsive.DensePDS([1, 1, 1, 1, 1, 1]),

@@ -11,6 +11,7 @@ from tf_repulsive._active_bias import ActiveBiasCallback
 from tf_repulsive._active_bias import ActiveBiasState
 from tf_repulsive._callback import AnnealingCallback
 from tf_repulsive._callback import BatchStreamCallback
+from tf_repulsive._epoch_shuffle import EpochShuffle
 from tf_repulsive._kdpp import FastKDPP
 from tf_repulsive._kdpp import KDPP
 from tf_repulsive._mingling import mingling_index
@@ -37,6 +38,7 @@ __all__ = (
     "BatchStreamCallback",
     "DensePDS",
     "EasyPDS",
+    "EpochShuffle",
     "FastKDPP",
     "KDPP",
     "RepulsiveBatcher",

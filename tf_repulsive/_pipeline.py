@@ -596,8 +596,9 @@ def repulsive_batch(
 
   Args:
     batch_size: k, the number of distinct elements per batch (the global batch); 1 <= k <= N.
-    sampler: `Uniform()`, `VanillaPDS()`, `EasyPDS()`, `DensePDS(pi)`, `AnnealPDS()`, `KDPP()`,
-      `FastKDPP()` or `ActiveBias()`: a configuration, reusable across batchers.
+    sampler: `Uniform()`, `EpochShuffle()`, `VanillaPDS()`, `EasyPDS()`, `DensePDS(pi)`,
+      `AnnealPDS()`, `KDPP()`, `FastKDPP()` or `ActiveBias()`: a configuration, reusable across
+      batchers.
     feature_fn: called like a `Dataset.map` function on an element; returns the vector distances
       are measured in. Default: the first component (tuples), or for dict elements the one
       numeric component besides "label"; flattened, as float32.
@@ -630,8 +631,8 @@ def repulsive_batch(
       raise ValueError(f"`{name}` must be >= {least}; got {value}.")
   if not isinstance(sampler, _samplers.Sampler):
     raise TypeError(
-        f"`sampler` must be a tf_repulsive sampler (Uniform, VanillaPDS, EasyPDS, DensePDS, "
-        f"AnnealPDS, KDPP, FastKDPP, ActiveBias); got {sampler!r}.")
+        f"`sampler` must be a tf_repulsive sampler (Uniform, EpochShuffle, VanillaPDS, EasyPDS, "
+        f"DensePDS, AnnealPDS, KDPP, FastKDPP, ActiveBias); got {sampler!r}.")
   for fn, name in ((feature_fn, "feature_fn"), (label_fn, "label_fn")):
     if fn is not None and not callable(fn):
       raise TypeError(f"`{name}` must be callable or None; got {fn!r}.")

@@ -23,12 +23,15 @@ setuptools.setup(
         "scikit-learn>=1.3",
         "keras>=3.0",
         "absl-py>=1.4",
+        # Progress bars for long one-time preprocessing (delayed, on stderr); tensorflow-datasets
+        # depends on it too.
+        "tqdm>=4.60",
     ],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.16"],
         "gpu": ["tensorflow>=2.16"],
         "datasets": ["tensorflow-datasets>=4.9", "importlib_resources"],
-        "examples": ["tqdm>=4.60", "matplotlib>=3.7", "tensorboard>=2.16"],
+        "examples": ["matplotlib>=3.7", "tensorboard>=2.16"],
         "test": ["pytest>=7"],
         # An outside exact k-DPP sampler for the Table 1 benchmark (examples/benchmark_table1.py).
         "reference": ["dppy>=0.3"],

@@ -1,4 +1,9 @@
-"""The inputs users bring: dict elements by name, huge feature values, seeds (issue 9, first part)."""
+"""The inputs users bring: dict elements by name, huge values, seeds, endless inputs, memory, progress."""
+
+import os
+import pathlib
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -7,7 +12,10 @@ import tensorflow as tf
 
 import tf_repulsive
 from conftest import pairwise_distances
+from tf_repulsive import _progress
 from tf_repulsive import _radius
+
+_REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _points(size=300, dim=4, seed=0):
@@ -110,3 +118,104 @@ def test_unbatched_or_array_elements_are_fine():
   matrices = tf.data.Dataset.from_tensor_slices(np.zeros((10, 32, 4), np.float32))
   batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), start_step=0)
   assert next(iter(matrices.apply(batcher))).shape == (4, 32, 4)
+
+
+@pytest.mark.parametrize("endless", [
+    lambda ds: ds.repeat().filter(lambda x, y: True),
+    lambda ds: ds.repeat().map(lambda x, y: (x, y)).filter(lambda x, y: y >= 0).prefetch(2),
+    lambda ds: ds.repeat().flat_map(lambda x, y: tf.data.Dataset.from_tensors((x, y)))])
+def test_endless_inputs_of_unknown_size_fail_before_reading(endless):
+  x, y = _points()
+  dataset = endless(tf.data.Dataset.from_tensor_slices((x, y)))
+  assert dataset.cardinality() == tf.data.UNKNOWN_CARDINALITY
+  with pytest.raises(ValueError, match=r"endless: an infinite repeat upstream.*take\(n\)"):
+    dataset.apply(tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), max_elements=100_000))
+
+
+def test_inputs_that_may_end_are_read():
+  ended = tf.data.Dataset.counter().take_while(lambda i: i < 50).filter(lambda i: i % 2 == 0).map(
+      lambda i: tf.cast(i, tf.float32)[None])
+  batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), start_step=0)
+  ended.apply(batcher)
+  np.testing.assert_array_equal(batcher.elements.ravel(), np.arange(0, 50, 2))
+
+
+def test_known_size_beyond_max_elements_fails_before_reading():
+  with pytest.raises(ValueError, match=r"has 1000 elements, more than `max_elements` = 10"):
+    tf.data.Dataset.range(1000).map(lambda i: tf.cast(i, tf.float32)).apply(
+        tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), max_elements=10))
+
+
+def _generated(size):
+  x, y = _points(size)
+  return tf.data.Dataset.from_generator(lambda: zip(x, y), output_signature=(
+      tf.TensorSpec([4], tf.float32), tf.TensorSpec([], tf.int64)))
+
+
+@pytest.mark.parametrize("sampler, shown", [
+    (tf_repulsive.Uniform(), ["reading the dataset"]),
+    (tf_repulsive.EasyPDS(), ["reading the dataset", "mingling values"]),
+    (tf_repulsive.VanillaPDS(), ["reading the dataset", "distance cache"]),
+    (tf_repulsive.KDPP(), ["reading the dataset", "k-DPP kernel and eigendecomposition (300 x 300)"])])
+def test_long_one_time_work_shows_progress_unless_verbose_is_false(monkeypatch, capsys, sampler, shown):
+  # Everything here is fast; without the delay every step counts as long.
+  monkeypatch.setattr(_progress, "DELAY_SECONDS", 0.0)
+  x, y = _points()
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(tf_repulsive.repulsive_batch(4, sampler))
+  printed = capsys.readouterr().err
+  for step in shown:
+    assert f"tf_repulsive: {step}" in printed
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(tf_repulsive.repulsive_batch(4, sampler, verbose=False))
+  assert "tf_repulsive" not in capsys.readouterr().err
+
+
+def test_reading_an_input_of_unknown_size_shows_the_bound(monkeypatch, capsys):
+  monkeypatch.setattr(_progress, "DELAY_SECONDS", 0.0)
+  _generated(300).apply(tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), max_elements=5000))
+  assert "size unknown; at most max_elements = 5000" in capsys.readouterr().err
+
+
+def test_short_one_time_work_prints_nothing(capsys):
+  x, y = _points()
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(tf_repulsive.repulsive_batch(4, tf_repulsive.AnnealPDS()))
+  assert "tf_repulsive" not in capsys.readouterr().err
+
+
+def test_verbose_must_be_a_bool():
+  with pytest.raises(TypeError, match="`verbose` must be True or False"):
+    tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), verbose=1)
+
+
+@pytest.mark.parametrize("size", [300, 4096, 4097, 9000])
+def test_unknown_and_known_sizes_read_the_same_elements_in_order(size):
+  x, y = _points(size)
+  known = tf_repulsive.repulsive_batch(4, tf_repulsive.AnnealPDS(), start_step=0)
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(known)
+  unknown = tf_repulsive.repulsive_batch(4, tf_repulsive.AnnealPDS(), start_step=0)
+  _generated(size).apply(unknown)
+  for batcher in (known, unknown):
+    np.testing.assert_array_equal(batcher.elements[0], x)
+    np.testing.assert_array_equal(batcher.elements[1], y)
+    np.testing.assert_array_equal(batcher.labels, y)
+
+
+def test_the_elements_are_read_only_since_the_batches_share_them():
+  x, _ = _points()
+  batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), start_step=0)
+  batches = tf.data.Dataset.from_tensor_slices((x, np.arange(len(x)))).apply(batcher)
+  with pytest.raises(ValueError, match="read-only"):
+    batcher.elements[0][0, 0] = 1.0
+  first, index = next(iter(batches))
+  np.testing.assert_array_equal(first.numpy(), x[index.numpy()])
+
+
+def test_building_holds_the_data_about_once():
+  # A fresh process, so that resident memory is this build's (see the benchmark's docstring).
+  case = "500k x 128, VanillaPDS"
+  output = subprocess.run(
+      [sys.executable, str(_REPO / "scripts" / "benchmark_build_memory.py"), "--case", case],
+      capture_output=True, text=True, timeout=300, check=True, env=dict(os.environ, PYTHONPATH=str(_REPO))).stdout
+  row = [line for line in output.splitlines() if line.startswith(f"| {case} |")][0]
+  _, _, peak, steady, _ = [cell.strip() for cell in row.strip("|").split("|")]
+  assert float(peak) <= 2.0
+  assert float(steady) <= 1.2

@@ -16,12 +16,17 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _arrays
+from tf_repulsive import _progress
+
 # Probability over mingling values at global step n (a float64 tensor), or None for darts that
 # are uniform over all points.
 CategoryPi = Callable[[tf.Tensor], tf.Tensor]
 
 _FLOAT32_EPS = float(np.finfo(np.float32).eps)
 _CACHE_ROW_BLOCK = 1024
+# Rows centred per numpy step: float64 work in blocks keeps the peak at one float32 copy.
+_CENTER_ROW_BLOCK = 16384
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +54,7 @@ class DartThrower:
   """Draws the indices of one mini-batch as a pure function of a stateless key and the step."""
 
   def __init__(self, features: np.ndarray, plan: DartPlan, batch_size: int,
-               distance_cache_bytes: int = 0):
+               distance_cache_bytes: int = 0, verbose: bool = False):
     """Prepares the per-dataset tensors once.
 
     Args:
@@ -59,6 +64,7 @@ class DartThrower:
       distance_cache_bytes: when the `[N, N]` float32 matrix of squared distances fits in this
         many bytes, it is computed here once and disk tests look distances up (O(k^2) per batch
         instead of O(k^2 d)).
+      verbose: show a progress bar if computing that matrix takes more than about 2 s.
     """
     num_points, dim = features.shape
     self._num_points = num_points
@@ -66,20 +72,26 @@ class DartThrower:
     self._plan = plan
     self.category_pi = plan.category_pi
     # Centering leaves distances unchanged and keeps Gram-based distances accurate in float32.
-    centered = features.astype(np.float64) - features.astype(np.float64).mean(axis=0)
+    mean = np.add.reduce(features, axis=0, dtype=np.float64) / max(num_points, 1)
+    blocks = [slice(start, start + _CENTER_ROW_BLOCK) for start in range(0, num_points, _CENTER_ROW_BLOCK)]
+    sq_norms = np.empty(num_points, np.float64)
+    for rows in blocks:
+      centered_rows = features[rows].astype(np.float64) - mean
+      sq_norms[rows] = np.einsum("ij,ij->i", centered_rows, centered_rows)
     # Scaling by a power of two (exact) to norms <= 1 keeps squared norms finite in float32 (from
     # |x| ~ 1e19 they overflow, and NaN distances would let a point be drawn twice); radii follow.
-    max_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", centered, centered), initial=0.0)))
+    max_norm = float(np.sqrt(np.max(sq_norms, initial=0.0)))
     scale = 2.0 ** -math.ceil(math.log2(max_norm)) if max_norm > 0 else 1.0
-    centered *= scale
-    self._features = tf.constant(centered.astype(np.float32))
+    centered = _arrays.empty((num_points, dim), np.float32)
+    for rows in blocks:
+      centered[rows] = (features[rows].astype(np.float64) - mean) * scale
+    self._features = _arrays.to_tensor(centered)
     # A rigorous bound on the float32 rounding error of |x|^2 + |y|^2 - 2 x.y is
     # tolerance * (|x|^2 + |y|^2). Shrinking the squared norms by it makes pairs within that error
     # of the disk boundary count as conflicts, so accepted pairs are at least the radius apart in
     # exact arithmetic; the same point is always "closer than" a positive radius.
     tolerance = (dim + 4) * _FLOAT32_EPS
-    self._shrunk_sq_norms = tf.constant(
-        ((1.0 - tolerance) * np.einsum("ij,ij->i", centered, centered)).astype(np.float32))
+    self._shrunk_sq_norms = tf.constant(((1.0 - tolerance) * scale**2 * sq_norms).astype(np.float32))
     self._sq_distances = None
     if plan.point_radius is not None:
       radius = (plan.point_radius * scale).astype(np.float32)
@@ -87,7 +99,7 @@ class DartThrower:
       self._uniform_radius = float(radius[0]) if np.all(radius == radius[0]) else None
       self._point_radius = tf.constant(radius)
       if 4 * num_points * num_points <= distance_cache_bytes:
-        self._sq_distances = tf.reshape(self._pairwise_sq_distances(), [-1])
+        self._sq_distances = self._pairwise_sq_distances(verbose)
     if plan.category_pi is not None:
       order = np.argsort(plan.categories, kind="stable")
       counts = np.bincount(plan.categories, minlength=plan.num_categories)
@@ -103,15 +115,18 @@ class DartThrower:
     self._earlier = {size: tf.constant(np.tri(size, k=-1, dtype=bool))
                      for size in (self._first_block, self._block)}
 
-  def _pairwise_sq_distances(self) -> tf.Tensor:
-    """`[N, N]` shrunk squared distances, computed like the on-the-fly test, by row blocks."""
-    blocks = []
-    for start in range(0, self._num_points, _CACHE_ROW_BLOCK):
-      rows = self._features[start:start + _CACHE_ROW_BLOCK]
-      gram = tf.matmul(rows, self._features, transpose_b=True)
-      row_norms = self._shrunk_sq_norms[start:start + _CACHE_ROW_BLOCK, None]
-      blocks.append(row_norms + self._shrunk_sq_norms[None, :] - 2.0 * gram)
-    return tf.concat(blocks, axis=0)
+  def _pairwise_sq_distances(self, verbose: bool) -> tf.Tensor:
+    """`[N * N]` shrunk squared distances (row-major), computed like the on-the-fly test."""
+    num_points = self._num_points
+    matrix = _arrays.empty((num_points, num_points), np.float32)
+    with _progress.bar("distance cache", num_points, verbose) as progress:
+      for start in range(0, num_points, _CACHE_ROW_BLOCK):
+        rows = self._features[start:start + _CACHE_ROW_BLOCK]
+        gram = tf.matmul(rows, self._features, transpose_b=True)
+        row_norms = self._shrunk_sq_norms[start:start + _CACHE_ROW_BLOCK, None]
+        matrix[start:start + _CACHE_ROW_BLOCK] = (row_norms + self._shrunk_sq_norms[None, :] - 2.0 * gram).numpy()
+        progress.update(rows.shape[0])
+    return _arrays.to_tensor(matrix.reshape(-1))
 
   def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """The batch for global step `step`.

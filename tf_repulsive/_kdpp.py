@@ -12,6 +12,8 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _arrays
+from tf_repulsive import _progress
 from tf_repulsive import _radius
 from tf_repulsive import _samplers
 
@@ -88,7 +90,7 @@ class _SpectralKDPPDrawer:
     with np.errstate(divide="ignore"):
       self._log_lambda = tf.constant(np.log(eigenvalues))
     self._log_esp = tf.constant(log_elementary_symmetric(eigenvalues, batch_size))
-    self._eigenvectors = tf.constant(eigenvectors.astype(np.float32))
+    self._eigenvectors = _arrays.to_tensor(_arrays.aligned_copy(eigenvectors, np.float32))
 
   def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     step_key = tf.random.experimental.stateless_fold_in(key, step)
@@ -159,9 +161,9 @@ class _ExchangeChainDrawer:
     self._swaps = swaps
     self._kernel = kernel
     self._bandwidth = bandwidth
-    features = features.astype(np.float64)
-    self._features = tf.constant(features)
+    features = _arrays.aligned_copy(features, np.float64)
     self._sq_norms = tf.constant(np.einsum("ij,ij->i", features, features))
+    self._features = _arrays.to_tensor(features)
 
   def _kernel_from_gram(self, gram: tf.Tensor, row_sq: tf.Tensor, col_sq: tf.Tensor) -> tf.Tensor:
     if self._kernel == "linear":
@@ -255,7 +257,8 @@ class KDPP(_samplers.Sampler):
           f"a linear kernel on {dim}-dimensional features has rank <= {dim} < batch_size = "
           f"{context.batch_size}; use kernel='rbf' or a smaller batch.")
     bandwidth = rbf_bandwidth(features, self.bandwidth) if self.kernel == "rbf" else 0.0
-    eigenvalues, eigenvectors = np.linalg.eigh(kernel_matrix(features, features, self.kernel, bandwidth))
+    with _progress.elapsed(f"k-DPP kernel and eigendecomposition ({num_points} x {num_points})", context.verbose):
+      eigenvalues, eigenvectors = np.linalg.eigh(kernel_matrix(features, features, self.kernel, bandwidth))
     eigenvalues = np.maximum(eigenvalues, 0.0)
     positive = int(np.sum(eigenvalues > eigenvalues.max() * 1e-12))
     if positive < context.batch_size:

@@ -8,6 +8,11 @@ from __future__ import annotations
 import numpy as np
 from sklearn import neighbors as sk_neighbors
 
+from tf_repulsive import _progress
+
+# Points whose neighbours are searched per call (the progress bar advances by this many).
+_QUERY_CHUNK = 8192
+
 
 def _validated(features: np.ndarray, labels: np.ndarray, neighbors: int) -> tuple[np.ndarray, np.ndarray]:
   features = np.asarray(features)
@@ -34,13 +39,15 @@ def _validated(features: np.ndarray, labels: np.ndarray, neighbors: int) -> tupl
   return features, labels
 
 
-def mingling_disagreements(features: np.ndarray, labels: np.ndarray, neighbors: int = 5) -> np.ndarray:
+def mingling_disagreements(features: np.ndarray, labels: np.ndarray, neighbors: int = 5, *,
+                           verbose: bool = False) -> np.ndarray:
   """Counts, for every point, its K nearest neighbours (itself excluded) with another label.
 
   Args:
     features: `[N, d]` array; Euclidean distance is used.
     labels: `[N]` integer class labels (the marks).
     neighbors: K, the number of nearest neighbours.
+    verbose: show a progress bar if the search takes more than about 2 s.
 
   Returns:
     `[N]` int64 array with values in `{0, ..., K}`: K times the mingling index.
@@ -52,15 +59,21 @@ def mingling_disagreements(features: np.ndarray, labels: np.ndarray, neighbors: 
   features, labels = _validated(features, labels, neighbors)
   n = features.shape[0]
   search = sk_neighbors.NearestNeighbors(n_neighbors=neighbors + 1).fit(features)
-  _, candidates = search.kneighbors(features)
-  # With duplicated points the query point need not come first: drop it wherever it is, else the
-  # farthest candidate, so that exactly K others remain.
-  is_self = candidates == np.arange(n)[:, None]
-  drop = np.where(is_self.any(axis=1), is_self.argmax(axis=1), neighbors)
-  keep = np.ones_like(candidates, dtype=bool)
-  keep[np.arange(n), drop] = False
-  others = candidates[keep].reshape(n, neighbors)
-  return (labels[others] != labels[:, None]).sum(axis=1).astype(np.int64)
+  disagreements = np.empty(n, np.int64)
+  with _progress.bar(f"mingling values ({neighbors} nearest neighbours)", n, verbose) as progress:
+    for start in range(0, n, _QUERY_CHUNK):
+      rows = np.arange(start, min(start + _QUERY_CHUNK, n))
+      _, candidates = search.kneighbors(features[rows])
+      # With duplicated points the query point need not come first: drop it wherever it is, else
+      # the farthest candidate, so that exactly K others remain.
+      is_self = candidates == rows[:, None]
+      drop = np.where(is_self.any(axis=1), is_self.argmax(axis=1), neighbors)
+      keep = np.ones_like(candidates, dtype=bool)
+      keep[np.arange(rows.size), drop] = False
+      others = candidates[keep].reshape(rows.size, neighbors)
+      disagreements[rows] = (labels[others] != labels[rows, None]).sum(axis=1)
+      progress.update(rows.size)
+  return disagreements
 
 
 def mingling_index(features: np.ndarray, labels: np.ndarray, neighbors: int = 5) -> np.ndarray:

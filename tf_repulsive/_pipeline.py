@@ -17,7 +17,9 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _arrays
 from tf_repulsive import _mingling
+from tf_repulsive import _progress
 from tf_repulsive import _radius
 from tf_repulsive import _samplers
 
@@ -73,7 +75,7 @@ class _Built:
     self.drawer = drawer
     self.elements = data.elements
     # Created once, outside the dataset functions, so that the functions capture them as inputs.
-    self.element_tensors = tf.nest.map_structure(tf.constant, data.elements)
+    self.element_tensors = tf.nest.map_structure(_arrays.to_tensor, data.elements)
     self.labels = data.labels
     self.num_points = data.features.shape[0]
     self.categories = categories
@@ -107,7 +109,7 @@ class RepulsiveBatcher:
   """
 
   def __init__(self, batch_size: int, sampler: _samplers.Sampler, *, feature_fn, label_fn, seed: int,
-               start_step: int | None, max_elements: int, distance_cache_bytes: int):
+               start_step: int | None, max_elements: int, distance_cache_bytes: int, verbose: bool):
     self.batch_size = batch_size
     self.sampler = sampler
     self.seed = seed
@@ -116,6 +118,7 @@ class RepulsiveBatcher:
     self._label_fn = label_fn
     self._max_elements = max_elements
     self._distance_cache_bytes = distance_cache_bytes
+    self._verbose = verbose
     self._key = tf.constant([seed, _KEY_SALT], tf.int64)
     self._built: _Built | None = None
     self._per_replica_slices = False
@@ -304,7 +307,8 @@ class RepulsiveBatcher:
           "this batcher already drives a pipeline; call tf_repulsive.repulsive_batch(...) again "
           "for another dataset (a sampler may configure any number of batchers).")
     sampler = self.sampler
-    data = _materialize(dataset, self._feature_fn, self._label_fn, sampler.needs_labels, self._max_elements)
+    data = _materialize(dataset, self._feature_fn, self._label_fn, sampler.needs_labels, self._max_elements,
+                        self._verbose)
     num_points = data.features.shape[0]
     if self.batch_size > num_points:
       raise ValueError(
@@ -315,7 +319,8 @@ class RepulsiveBatcher:
       if not sampler.neighbors < num_points:
         raise ValueError(
             f"`neighbors` = {sampler.neighbors} must be < N = {num_points}; use fewer neighbours.")
-      categories = _mingling.mingling_disagreements(data.features, data.labels, sampler.neighbors)
+      categories = _mingling.mingling_disagreements(data.features, data.labels, sampler.neighbors,
+                                                    verbose=self._verbose)
     radius = None
     if sampler.has_disk:
       radius = sampler.radius
@@ -323,7 +328,8 @@ class RepulsiveBatcher:
         radius = _radius.half_median_distance(data.features) if num_points > 1 else 0.0
     drawer = sampler.build(_samplers.SamplingContext(
         features=data.features, labels=data.labels, categories=categories,
-        batch_size=self.batch_size, radius=radius, distance_cache_bytes=self._distance_cache_bytes))
+        batch_size=self.batch_size, radius=radius, distance_cache_bytes=self._distance_cache_bytes,
+        verbose=self._verbose))
     self._built = _Built(drawer, data, categories,
                          num_categories=sampler.neighbors + 1 if sampler.uses_mingling else 0,
                          radius=radius)
@@ -382,7 +388,12 @@ class RepulsiveBatcher:
     # Sharding the step stream by element would hand workers whole batches of different steps;
     # `per_replica` shards each step's draw instead.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return batches.with_options(options)
+    # tf.data's default static optimizations rewrite the pipeline through a serialised copy of its
+    # graph, and that copy holds every tensor the dataset functions capture: the whole dataset
+    # again, for every iterator. The draw is parallel already; the prefetch is the one default
+    # that matters for it.
+    options.experimental_optimization.apply_default_optimizations = False
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
 
   def _warn_if_first_batch_needs_the_fill(self) -> None:
     # A filled batch is still k distinct points, but partly uniform: say so once, at build time,
@@ -498,14 +509,94 @@ def _dict_defaults(spec: dict, feature_fn, label_fn, needs_labels: bool):
   return feature_fn, label_fn
 
 
+# Transformations that cannot end an endless input (they pass, drop or expand its elements).
+_KEEPS_ENDLESS = frozenset((
+    "_MapDataset", "_ParallelMapDataset", "_FilterDataset", "_FlatMapDataset", "_InterleaveDataset",
+    "_ParallelInterleaveDataset", "_IgnoreErrorsDataset", "_PrefetchDataset", "_OptionsDataset",
+    "_ShuffleDataset", "_UnbatchDataset", "CacheDataset", "_BatchDataset", "_ParallelBatchDataset"))
+
+
+def _endless_upstream(dataset: tf.data.Dataset) -> str | None:
+  """The name of an infinite dataset upstream that only endless-preserving steps follow, else None.
+
+  tf.data reports `repeat().filter(...)` as of unknown size; reading it would run to
+  `max_elements` (or forever, if the filter keeps nothing). Relies on tf.data's internal
+  `_input_dataset` chain; without it nothing is detected.
+  """
+  def endless(node):
+    return node is not None and int(node.cardinality()) == tf.data.INFINITE_CARDINALITY
+
+  node = dataset
+  while node is not None and not endless(node):
+    if type(node).__name__ not in _KEEPS_ENDLESS:
+      return None
+    node = getattr(node, "_input_dataset", None)
+  if node is None:
+    return None
+  # Name the source of the endlessness (the repeat, say), not the map after it.
+  while endless(getattr(node, "_input_dataset", None)):
+    node = node._input_dataset
+  return type(node).__name__.lstrip("_").replace("Dataset", "").lower() or "dataset"
+
+
+def _stack_chunks(chunks, total: int | None, max_elements: int, progress) -> list[np.ndarray]:
+  """The chunks' leaves stacked into arrays TensorFlow can share (see `_arrays`).
+
+  With a known `total` each leaf is written into its final array as it is read; otherwise the
+  chunks are kept and each is freed as it is copied into place. Either way the peak is the data
+  plus about one chunk.
+  """
+  arrays, pending, rows = None, [], 0
+  for chunk in chunks:
+    leaves = tf.nest.flatten(chunk)
+    count = len(leaves[0])
+    if rows + count > max_elements:
+      raise ValueError(
+          f"the input dataset has more than `max_elements` = {max_elements} elements (or is "
+          "endless); pass a larger max_elements or a smaller dataset.")
+    if total is None:
+      pending.append(leaves)
+    else:
+      if arrays is None:
+        arrays = [_arrays.empty((total,) + leaf.shape[1:], leaf.dtype) for leaf in leaves]
+      for array, leaf in zip(arrays, leaves):
+        array[rows:rows + count] = leaf
+    rows += count
+    progress.update(count)
+  if total is not None:
+    return arrays
+  if not pending:
+    return []
+  arrays = [_arrays.empty((rows,) + leaf.shape[1:], leaf.dtype) for leaf in pending[0]]
+  pending.reverse()
+  rows = 0
+  while pending:
+    leaves = pending.pop()
+    count = len(leaves[0])
+    for array, leaf in zip(arrays, leaves):
+      array[rows:rows + count] = leaf
+    rows += count
+  return arrays
+
+
 def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bool,
-                 max_elements: int) -> _Materialized:
+                 max_elements: int, verbose: bool) -> _Materialized:
   """Reads the finite dataset once: elements, their feature vectors and (if needed) labels."""
   cardinality = int(dataset.cardinality())
   if cardinality == tf.data.INFINITE_CARDINALITY:
     raise ValueError(
         "the input dataset is infinite; repulsive_batch draws from a finite dataset. Apply it "
         "before .repeat() (its batch stream is unbounded by itself).")
+  endless = _endless_upstream(dataset) if cardinality == tf.data.UNKNOWN_CARDINALITY else None
+  if endless is not None:
+    raise ValueError(
+        f"the input dataset is endless: an infinite {endless} upstream, and no take() after it "
+        "(filter, map and the like keep it endless). repulsive_batch draws from a finite "
+        "dataset: apply it before .repeat(), or end the input with .take(n).")
+  if cardinality > max_elements:
+    raise ValueError(
+        f"the input dataset has {cardinality} elements, more than `max_elements` = {max_elements}; "
+        "pass a larger max_elements or a smaller dataset.")
   for spec in tf.nest.flatten(dataset.element_spec):
     if not isinstance(spec, tf.TensorSpec):
       raise TypeError(
@@ -532,16 +623,13 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
       return element, features
     return element, features, _as_label(_call_like_map(label_fn or _default_label, element))
 
-  chunks = []
-  read = 0
+  chunks = dataset.map(extract).batch(_READ_CHUNK)
+  total = cardinality if cardinality >= 0 else None
+  description = ("reading the dataset" if total is not None
+                 else f"reading the dataset (size unknown; at most max_elements = {max_elements})")
   try:
-    for chunk in dataset.map(extract).batch(_READ_CHUNK).as_numpy_iterator():
-      chunks.append(chunk)
-      read += len(chunk[1])
-      if read > max_elements:
-        raise ValueError(
-            f"the input dataset has more than `max_elements` = {max_elements} elements (or is "
-            "infinite); pass a larger max_elements or a smaller dataset.")
+    with _progress.bar(description, total, verbose) as progress:
+      arrays = _stack_chunks(chunks.as_numpy_iterator(), total, max_elements, progress)
   except tf.errors.InvalidArgumentError as error:
     if "Cannot add tensor to the batch" not in error.message and "different shapes" not in error.message:
       raise
@@ -549,18 +637,17 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
         "elements (or the feature vectors of `feature_fn`) differ in shape across the dataset; "
         f"they must have one shape to be batched. Pad or resize them first. ({error.message})"
     ) from error
-  if not chunks:
+  if not arrays:
     raise ValueError("the input dataset is empty; repulsive_batch needs at least batch_size elements.")
-  element_chunks = [chunk[0] for chunk in chunks]
-  elements = tf.nest.map_structure(lambda *parts: np.concatenate(parts), *element_chunks)
-  features = np.concatenate([chunk[1] for chunk in chunks])
+  structure = chunks.element_spec
+  read = tf.nest.pack_sequence_as(structure, arrays)
+  features = read[1]
   bad_rows = ~np.all(np.isfinite(features), axis=1)
   if np.any(bad_rows):
     raise ValueError(
         f"{int(bad_rows.sum())} elements have NaN or infinite features (first at index "
         f"{int(np.argmax(bad_rows))}); clean them or pass a `feature_fn` that maps them to finite values.")
-  labels = np.concatenate([chunk[2] for chunk in chunks]) if needs_labels else None
-  return _Materialized(elements=elements, features=features, labels=labels)
+  return _Materialized(elements=read[0], features=features, labels=read[2] if needs_labels else None)
 
 
 def repulsive_batch(
@@ -573,6 +660,7 @@ def repulsive_batch(
     start_step: int | None = None,
     max_elements: int = _DEFAULT_MAX_ELEMENTS,
     distance_cache_bytes: int = _DEFAULT_DISTANCE_CACHE_BYTES,
+    verbose: bool = True,
 ) -> RepulsiveBatcher:
   """Draws every mini-batch of a finite dataset from a repulsive point process.
 
@@ -613,6 +701,9 @@ def repulsive_batch(
     distance_cache_bytes: when the N x N float32 squared-distance matrix fits in this many bytes
       (default 512 MiB: N up to ~11,500), it is computed once and disk tests become lookups;
       otherwise each batch computes its distances from the features (Gram blocks). 0 disables.
+    verbose: show a progress bar (on stderr) for any one-time step of the build that takes more
+      than about 2 s: reading the dataset, mingling values, the distance cache, the k-DPP
+      eigendecomposition. False: silent.
 
   Returns:
     The `RepulsiveBatcher`: `dataset.apply(batcher)` gives the batches; the batcher is the handle
@@ -642,10 +733,12 @@ def repulsive_batch(
     raise ValueError(f"`seed` must be a 64-bit integer, in [-2**63, 2**63 - 1]; got {seed}.")
   if start_step is not None:
     _check_step(start_step)
+  if not isinstance(verbose, bool):
+    raise TypeError(f"`verbose` must be True or False; got {verbose!r}.")
   if seed is None:
     # Like TensorFlow's own ops with seed=None: reproducible under tf.random.set_seed (or
     # keras.utils.set_random_seed), random otherwise.
     seed = int(tf.random.uniform([], maxval=2**62, dtype=tf.int64))
   return RepulsiveBatcher(batch_size, sampler, feature_fn=feature_fn, label_fn=label_fn, seed=seed,
                           start_step=start_step, max_elements=max_elements,
-                          distance_cache_bytes=distance_cache_bytes)
+                          distance_cache_bytes=distance_cache_bytes, verbose=verbose)

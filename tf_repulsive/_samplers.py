@@ -47,6 +47,7 @@ class SamplingContext:
     batch_size: k.
     radius: the disk radius (configured or estimated) for samplers with disks, else None.
     distance_cache_bytes: memory the sampler may spend on an N x N distance matrix.
+    verbose: whether one-time work longer than about 2 s shows a progress bar.
   """
 
   features: np.ndarray
@@ -55,6 +56,7 @@ class SamplingContext:
   batch_size: int
   radius: float | None
   distance_cache_bytes: int
+  verbose: bool = False
 
 
 class BatchDrawer(Protocol):
@@ -92,7 +94,7 @@ class Sampler:
     plan = self.plan(batch_size=context.batch_size, radius=context.radius,
                      categories=context.categories, num_points=context.features.shape[0])
     return _dart_throwing.DartThrower(context.features, plan, context.batch_size,
-                                      context.distance_cache_bytes)
+                                      context.distance_cache_bytes, verbose=context.verbose)
 
   def plan(self, *, batch_size: int, radius: float | None, categories: np.ndarray | None,
            num_points: int) -> _dart_throwing.DartPlan:

@@ -3,7 +3,7 @@
 # generated dataset (created by the first run if missing), then the summary table and plot.
 #   examples/speech_commands/run_experiment.sh [num_seeds]
 # Environment: PYTHON (default .venv/bin/python); CONFIG, the flagfile (default
-# configs/speech_commands.flags); SAMPLERS (default the uniform and four PDS samplers); RUNS_DIR
+# configs/speech_commands.flags); SAMPLERS (default the two uniform baselines and four PDS samplers); RUNS_DIR
 # (default runs/speech_commands), which receives <sampler>_seed<seed>/ per run.
 # Runs that already have results.json are skipped, so an interrupted experiment resumes.
 set -euo pipefail
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 SEEDS=${1:-3}
 PYTHON=${PYTHON:-.venv/bin/python}
 CONFIG=${CONFIG:-configs/speech_commands.flags}
-SAMPLERS=${SAMPLERS:-uniform vanilla_pds easy_pds dense_pds anneal_pds}
+SAMPLERS=${SAMPLERS:-uniform epoch_shuffle vanilla_pds easy_pds dense_pds anneal_pds}
 RUNS_DIR=${RUNS_DIR:-runs/speech_commands}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 for seed in $(seq 1 "$SEEDS"); do

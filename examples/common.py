@@ -50,14 +50,14 @@ def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues) -> None
   app.run(main, flags_parser=parse)
 
 
-def make_sampler(name: str, *, neighbors: int = 5, radius: float | None = None,
+def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = None,
                  dense_pi: Sequence[float] | None = None) -> tf_repulsive.Sampler:
   """A new sampler instance for a --sampler name.
 
   Args:
     name: one of `ALL_SAMPLER_NAMES`.
     neighbors: K of the mingling index (the paper's appendix uses 5).
-    radius: disk radius; None for half the median pairwise distance.
+    radius: disk radius; None for half the median pairwise distance, "auto" to calibrate it.
     dense_pi: pi of Dense PDS over the K + 1 mingling values; None for uniform.
 
   Returns:

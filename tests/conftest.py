@@ -13,6 +13,8 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from sklearn import datasets as sk_datasets  # noqa: E402
 
+import tf_repulsive  # noqa: E402
+
 # Four logical CPUs, for the MirroredStrategy tests; must be set before TensorFlow initialises.
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 4)
@@ -31,3 +33,29 @@ def pairwise_distances(points: np.ndarray) -> np.ndarray:
   distances = np.sqrt(((points[:, None, :] - points[None, :, :]) ** 2).sum(-1))
   np.fill_diagonal(distances, np.inf)
   return distances
+
+
+def draw_steps(x, y, batch_size, sampler, seed=0, steps=200):
+  """The batcher and its first `steps` batches (points, labels)."""
+  batcher = tf_repulsive.repulsive_batch(batch_size, sampler, seed=seed, start_step=0, verbose=False)
+  batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  return batcher, list(batches.take(steps).as_numpy_iterator())
+
+
+def check_auto_radius(batcher, batches, sampler):
+  """Fill rate < 1% over the steps; without a fill, every pair the disks cover is that far apart."""
+  radius = batcher.stats().radius
+  assert radius > 0
+  fills = [batcher.fallback_points(step) for step in range(len(batches))]
+  assert np.count_nonzero(fills) < 0.01 * len(batches)
+  if isinstance(sampler, tf_repulsive.EasyPDS):
+    # Only easy points (mingling value 0) have disks.
+    has_disk = tf_repulsive.mingling_index(batcher.elements[0], batcher.labels, sampler.neighbors) == 0
+  else:
+    has_disk = np.ones(batcher.num_points, bool)
+  for step, (points, _) in enumerate(batches):
+    if fills[step]:
+      continue
+    disks = has_disk[batcher.batch_indices(step)]
+    distances = pairwise_distances(points[disks])
+    assert distances.min() >= radius

@@ -1,6 +1,7 @@
 """Theorem-1 diagnostics: estimators against closed forms, per-example gradients by hand, g(r)."""
 
 import itertools
+import pathlib
 import types
 
 import keras
@@ -11,6 +12,7 @@ import tensorflow as tf
 import tf_repulsive
 from tf_repulsive import diagnostics
 
+_REPO = pathlib.Path(__file__).resolve().parents[1]
 _K = 20
 _DRAWS = 200
 
@@ -370,3 +372,75 @@ def test_gradient_diagnostics_example_smoke(tmp_path):
   assert "total/unif" in text and "last layer" in text
   for name in ("pair_correlation.png", "variance_split.png", "variance.txt"):
     assert (tmp_path / name).stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def digit_sweep(digits):
+  x, y = digits
+  return diagnostics.radius_sweep(_linear_softmax(), _XENT, x, y, 50, scales=(0.5, 1.0, 3.0), num_batches=20)
+
+
+def test_radius_sweep_measures_the_calibrated_radius_its_multiples_and_the_default(digits, digit_sweep):
+  x, y = digits
+  auto = tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(radius="auto"), seed=0, start_step=0, verbose=False)
+  default = tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(), seed=0, start_step=0, verbose=False)
+  for batcher in (auto, default):
+    tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  by_label = {report.label: report for report in digit_sweep.reports}
+  assert set(by_label) == {"0.5 x auto", "auto", "3 x auto", "default"}
+  assert [report.radius for report in digit_sweep.reports] == sorted(report.radius for report in digit_sweep.reports)
+  radius = auto.stats().radius
+  assert by_label["auto"].radius == pytest.approx(radius)
+  assert by_label["0.5 x auto"].radius == pytest.approx(0.5 * radius)
+  assert by_label["default"].radius == pytest.approx(default.stats().radius)
+  assert by_label["auto"].fill_rate == 0.0
+  assert by_label["3 x auto"].fill_rate > 0.5
+  # The auto row's draws are the auto batcher's: the same class mix and variance.
+  draws = diagnostics.draw_batches(auto, 20)
+  mix = np.bincount(y[draws.ravel()], minlength=10) / draws.size
+  np.testing.assert_allclose(by_label["auto"].class_mix, mix)
+  assert by_label["auto"].class_mix_distance == pytest.approx(
+      0.5 * np.abs(mix - np.bincount(y) / len(y)).sum())
+  gradients = diagnostics.per_example_gradients(_linear_softmax(), _XENT, x, y)
+  expected = diagnostics.variance_split(gradients, {"auto": draws}).reports["auto"]
+  assert by_label["auto"].variance.total == pytest.approx(expected.total)
+  assert by_label["auto"].variance.pair == pytest.approx(expected.pair)
+  assert "3 x auto" in digit_sweep.table() and "fill" in str(digit_sweep)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"sampler": tf_repulsive.KDPP}, TypeError, "disk samplers"),
+    ({"sampler": "VanillaPDS"}, TypeError, "callable radius -> sampler"),
+    ({"scales": (0.5, -1.0)}, ValueError, "scales"),
+    ({"scales": ()}, ValueError, "scales")])
+def test_radius_sweep_bad_arguments(digits, kwargs, error, message):
+  x, y = digits
+  with pytest.raises(error, match=message):
+    diagnostics.radius_sweep(_linear_softmax(), _XENT, x[:200], y[:200], 10, num_batches=3, **kwargs)
+
+
+def test_radius_sweep_example_smoke(tmp_path):
+  import radius_sweep
+
+  config = radius_sweep.Config(
+      train_fraction=0.15, sampler="anneal_pds", scales=(0.5, 1.0), batch_size=10, num_batches=4,
+      train_steps=2, variables="last_layer", sketch_dim=64, output_dir=str(tmp_path))
+  lines = []
+  sweeps = radius_sweep.run(config, log=lines.append)
+  assert list(sweeps) == ["initialisation", "after 2 steps"]
+  for sweep in sweeps.values():
+    assert {report.label for report in sweep.reports} == {"0.5 x auto", "auto", "default"}
+  assert "fill" in "\n".join(lines)
+  for name in ("sweep.txt", "radius_sweep.png"):
+    assert (tmp_path / name).stat().st_size > 0
+
+
+def test_radius_sweep_flagfile_parses():
+  import radius_sweep
+
+  try:
+    radius_sweep.FLAGS(["radius_sweep", f"--flagfile={_REPO / 'configs' / 'radius_sweep.flags'}"])
+    config = radius_sweep.config_from_flags()
+  finally:
+    radius_sweep.FLAGS.unparse_flags()
+  assert config.scales == (0.25, 0.5, 0.75, 1.0, 1.25) and config.sampler == "vanilla_pds"

@@ -16,6 +16,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import common
+from conftest import check_auto_radius
+from conftest import draw_steps
 from speech_commands import input_data
 from speech_commands import synthesis
 from speech_commands import train
@@ -348,3 +351,19 @@ def test_mean_curves_refuse_runs_of_different_configs():
   steps, mean, _ = summarize.mean_curves({"uniform": {1: _fake_run(0.5, [0.1, 0.2]), 2: _fake_run(0.6, [0.3, 0.4])}})["uniform"]
   np.testing.assert_allclose(mean, [0.2, 0.3])
   np.testing.assert_array_equal(steps, [0, 10])
+
+
+@needs_tools
+@pytest.mark.parametrize("sampler", ["vanilla_pds", "anneal_pds"])
+def test_auto_radius_fills_the_batches_of_mfccs(tiny_dataset, sampler):
+  data_dir, _ = tiny_dataset
+  config = _tiny_config(tiny_dataset, (1, 1), sampler)
+  index = input_data.prepare_data_index(
+      data_dir, config.wanted_words, config.silence_percentage, config.unknown_percentage,
+      config.validation_percentage, config.testing_percentage)
+  noise = input_data.load_background_noise(data_dir, config.audio.desired_samples)
+  waveforms, labels = input_data.load_partition(index.partitions["training"], noise, config.audio, "training")
+  mfccs = input_data.mfcc(tf.constant(waveforms), config.audio).numpy().reshape(len(labels), -1)
+  auto = common.make_sampler(sampler, radius="auto")
+  batcher, batches = draw_steps(mfccs, labels, config.batch_size, auto)
+  check_auto_radius(batcher, batches, auto)

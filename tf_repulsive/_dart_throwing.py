@@ -9,6 +9,7 @@ the same darts. Work per batch is O(darts * k * d), independent of the dataset s
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import Callable
@@ -71,6 +72,8 @@ class DartThrower:
     self._batch_size = batch_size
     self._plan = plan
     self.category_pi = plan.category_pi
+    # Every disk radius is multiplied by this (see `with_radius_scale`).
+    self.radius_scale = 1.0
     # Centering leaves distances unchanged and keeps Gram-based distances accurate in float32.
     mean = np.add.reduce(features, axis=0, dtype=np.float64) / max(num_points, 1)
     blocks = [slice(start, start + _CENTER_ROW_BLOCK) for start in range(0, num_points, _CENTER_ROW_BLOCK)]
@@ -128,6 +131,30 @@ class DartThrower:
         progress.update(rows.shape[0])
     return _arrays.to_tensor(matrix.reshape(-1))
 
+  def with_radius_scale(self, radius_scale: float) -> DartThrower:
+    """This thrower with every disk radius multiplied by `radius_scale` (shares all tensors)."""
+    scaled = copy.copy(self)
+    scaled.radius_scale = float(radius_scale)
+    if scaled.radius_scale == 0.0 and getattr(self, "_uniform_radius", None) is not None:
+      scaled._uniform_radius = 0.0  # no disks: only identity conflicts
+    return scaled
+
+  def count_fills(self, radius_scale: tf.Tensor, key: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
+    """How many of the draws of steps 0 .. draws - 1 would need the fallback fill, stopping at one.
+
+    For calibrating the radius: `radius_scale` is a tensor, so one trace serves every candidate.
+    """
+
+    def keep_drawing(step, fills):
+      return tf.logical_and(step < draws, fills == 0)
+
+    def draw_one(step, fills):
+      _, fallback = self._draw(key, tf.cast(step, tf.int64), radius_scale)
+      return step + 1, fills + tf.cast(fallback > 0, tf.int32)
+
+    return tf.while_loop(keep_drawing, draw_one, (tf.constant(0), tf.constant(0)),
+                         maximum_iterations=draws)[1]
+
   def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """The batch for global step `step`.
 
@@ -139,6 +166,9 @@ class DartThrower:
       `indices`: `[k]` int32 distinct point indices, in acceptance order; `fallback`: int32 scalar,
       how many of them the fallback fill supplied because the dart budget ran out.
     """
+    return self._draw(key, step, self.radius_scale)
+
+  def _draw(self, key: tf.Tensor, step: tf.Tensor, radius_scale: float | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     step_key = tf.random.experimental.stateless_fold_in(key, step)
     log_pi = None
     if self._plan.category_pi is not None:
@@ -146,7 +176,7 @@ class DartThrower:
     accepted = tf.zeros([self._batch_size], tf.int32)
     count = tf.constant(0, tf.int32)
     darts = self._darts(step_key, 0, self._first_block, log_pi)
-    accepted, count = self._accept(darts, accepted, count, against_accepted=False)
+    accepted, count = self._accept(darts, accepted, count, radius_scale, against_accepted=False)
 
     def keep_throwing(block, accepted, count):
       del accepted
@@ -154,7 +184,7 @@ class DartThrower:
 
     def throw_block(block, accepted, count):
       darts = self._darts(step_key, block, self._block, log_pi)
-      accepted, count = self._accept(darts, accepted, count, against_accepted=True)
+      accepted, count = self._accept(darts, accepted, count, radius_scale, against_accepted=True)
       return block + 1, accepted, count
 
     _, accepted, count = tf.while_loop(
@@ -190,7 +220,7 @@ class DartThrower:
     member = tf.cast(tf.minimum(tf.floor(uniform * counts), counts - 1.0), tf.int32)
     return tf.gather(self._points_by_category, tf.gather(self._category_offsets, category) + member)
 
-  def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
+  def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: float | tf.Tensor) -> tf.Tensor:
     """`[rows, cols]` bool: same point, or closer than the smaller of the two disk radii."""
     if self._plan.point_radius is None or self._uniform_radius == 0.0:
       return tf.equal(rows[:, None], cols[None, :])
@@ -204,24 +234,24 @@ class DartThrower:
       pairs = tf.cast(rows, tf.int64)[:, None] * self._num_points + tf.cast(cols, tf.int64)[None, :]
       sq_dist = tf.gather(self._sq_distances, pairs)
     if self._uniform_radius is not None:
-      return sq_dist < self._uniform_radius ** 2
+      return sq_dist < (self._uniform_radius * radius_scale) ** 2
     # Per-point radii: radius 0 means no disk, so identity must be tested separately.
-    sq_radius = tf.square(tf.minimum(tf.gather(self._point_radius, rows)[:, None],
-                                     tf.gather(self._point_radius, cols)[None, :]))
+    sq_radius = tf.square(radius_scale * tf.minimum(tf.gather(self._point_radius, rows)[:, None],
+                                                    tf.gather(self._point_radius, cols)[None, :]))
     close = tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius)
     return tf.logical_or(tf.equal(rows[:, None], cols[None, :]), close)
 
   def _accept(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor,
-              against_accepted: bool) -> tuple[tf.Tensor, tf.Tensor]:
+              radius_scale: float | tf.Tensor, against_accepted: bool) -> tuple[tf.Tensor, tf.Tensor]:
     """Adds to `accepted` exactly the darts the sequential algorithm would accept, in order."""
     size = darts.shape[0]
     if against_accepted:
       occupied = tf.range(self._batch_size) < count
-      hits = self._conflicts(darts, accepted)
+      hits = self._conflicts(darts, accepted, radius_scale)
       undecided = tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[None, :]), axis=1))
     else:
       undecided = tf.ones([size], tf.bool)
-    blocks = tf.logical_and(self._conflicts(darts, darts), self._earlier[size])
+    blocks = tf.logical_and(self._conflicts(darts, darts, radius_scale), self._earlier[size])
 
     # A dart is accepted once no earlier dart that blocks it can still be accepted, and rejected
     # once an earlier blocking dart is accepted. Each round settles at least the first undecided

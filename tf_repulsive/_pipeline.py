@@ -49,7 +49,8 @@ class SamplingStats:
     fallback_batches: batches the darts could not fill within `max_darts` (radius too large for
       the data near the packing limit); their remaining slots were filled uniformly at random.
     fallback_points: points supplied by that fill, over all batches.
-    radius: the disk radius in use (the estimate when the sampler's is None); None without disks.
+    radius: the disk radius in use (the estimate when the sampler's is None, the calibrated one
+      for "auto"); None without disks.
   """
 
   batches: int
@@ -324,12 +325,14 @@ class RepulsiveBatcher:
     radius = None
     if sampler.has_disk:
       radius = sampler.radius
-      if radius is None:
+      if radius is None or radius == _radius.AUTO:
         radius = _radius.half_median_distance(data.features) if num_points > 1 else 0.0
     drawer = sampler.build(_samplers.SamplingContext(
         features=data.features, labels=data.labels, categories=categories,
         batch_size=self.batch_size, radius=radius, distance_cache_bytes=self._distance_cache_bytes,
         verbose=self._verbose))
+    if sampler.has_disk:
+      radius *= drawer.radius_scale
     self._built = _Built(drawer, data, categories,
                          num_categories=sampler.neighbors + 1 if sampler.uses_mingling else 0,
                          radius=radius)
@@ -406,8 +409,8 @@ class RepulsiveBatcher:
       warnings.warn(
           f"the darts filled only {self.batch_size - fallback} of {self.batch_size} points of the "
           f"first batch with disks of radius {built.radius:.4g}; a uniform fill supplied the other "
-          f"{fallback}. {cause}: pass a smaller `radius` to the sampler (or raise `max_darts` if "
-          "the disks do fit).", RuntimeWarning, stacklevel=5)
+          f"{fallback}. {cause}: pass radius=\"auto\" or a smaller `radius` to the sampler (or raise "
+          "`max_darts` if the disks do fit).", RuntimeWarning, stacklevel=5)
 
 
 def _check_step(step: Any) -> None:

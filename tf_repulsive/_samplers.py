@@ -10,14 +10,16 @@ import numpy as np
 import tensorflow as tf
 
 from tf_repulsive import _dart_throwing
+from tf_repulsive import _radius
 from tf_repulsive import _schedule
 
 
-def _check_radius(radius: float | None) -> None:
-  if radius is None:
+def _check_radius(radius: float | str | None) -> None:
+  if radius is None or radius == _radius.AUTO:
     return
   if isinstance(radius, bool) or not isinstance(radius, numbers.Real):
-    raise TypeError(f"`radius` must be a number or None (half the median distance); got {radius!r}.")
+    raise TypeError(
+        f"`radius` must be a number, \"auto\" or None (half the median distance); got {radius!r}.")
   if not np.isfinite(radius) or radius < 0:
     raise ValueError(f"`radius` must be finite and >= 0; got {radius}. Use None for the default.")
 
@@ -93,8 +95,11 @@ class Sampler:
     """
     plan = self.plan(batch_size=context.batch_size, radius=context.radius,
                      categories=context.categories, num_points=context.features.shape[0])
-    return _dart_throwing.DartThrower(context.features, plan, context.batch_size,
-                                      context.distance_cache_bytes, verbose=context.verbose)
+    thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size,
+                                         context.distance_cache_bytes, verbose=context.verbose)
+    if self.has_disk and self.radius == _radius.AUTO:
+      thrower = thrower.with_radius_scale(_radius.calibrated_scale(thrower.count_fills, context.verbose))
+    return thrower
 
   def plan(self, *, batch_size: int, radius: float | None, categories: np.ndarray | None,
            num_points: int) -> _dart_throwing.DartPlan:
@@ -134,11 +139,13 @@ class VanillaPDS(Sampler):
   No two points of a batch are closer than `radius` (up to the documented fallback fill).
 
   Attributes:
-    radius: disk radius in feature space; None: half the median pairwise distance.
+    radius: disk radius in feature space; None: half the median pairwise distance; "auto": the
+      largest radius at which the darts fill the batch (see `repulsive_batch`), reported by
+      `batcher.stats().radius`.
     max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
   """
 
-  radius: float | None = None
+  radius: float | str | None = None
   max_darts: int | None = None
   has_disk = True
 
@@ -174,12 +181,12 @@ class EasyPDS(_MinglingPDS):
   near decision boundaries are sampled more often than with Vanilla PDS.
 
   Attributes:
-    radius: r0; None: half the median pairwise distance.
+    radius: r0; None: half the median pairwise distance; "auto": calibrated (as VanillaPDS).
     neighbors: K of the mingling index.
     max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
   """
 
-  radius: float | None = None
+  radius: float | str | None = None
   neighbors: int = 5
   max_darts: int | None = None
 
@@ -203,13 +210,13 @@ class DensePDS(_MinglingPDS):
 
   Attributes:
     pi: K + 1 non-negative weights (normalised here) for mingling values 0, 1/K, ..., 1.
-    radius: disk radius; None: half the median pairwise distance.
+    radius: disk radius; None: half the median pairwise distance; "auto": calibrated (as VanillaPDS).
     neighbors: K of the mingling index.
     max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
   """
 
   pi: Sequence[float]
-  radius: float | None = None
+  radius: float | str | None = None
   neighbors: int = 5
   max_darts: int | None = None
 
@@ -244,14 +251,14 @@ class AnnealPDS(_MinglingPDS):
   passes through h at n ≈ 172 before flattening.
 
   Attributes:
-    radius: disk radius; None: half the median pairwise distance.
+    radius: disk radius; None: half the median pairwise distance; "auto": calibrated (as VanillaPDS).
     neighbors: K of the mingling index.
     schedule: `(h, n) -> pi` in TensorFlow ops (h float64 [K + 1], n int64 scalar); None: the
       paper's (`tf_repulsive.paper_schedule`).
     max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
   """
 
-  radius: float | None = None
+  radius: float | str | None = None
   neighbors: int = 5
   schedule: _schedule.Schedule | None = None
   max_darts: int | None = None

@@ -1,0 +1,72 @@
+"""radius="auto" against the default radius: the radius, fills, build time and batches/s.
+
+  PYTHONPATH=.:examples .venv/bin/python scripts/benchmark_auto_radius.py [speech_data_dir]
+
+Data: scikit-learn's digits (1797 x 64, k = 50), the paper's sine boundary (3000 x 2, k = 30)
+and, given the generated speech dataset's directory, the MFCCs of its training clips (k = 100).
+Per dataset and disk sampler: the radius, the batches of steps 0-199 that needed the fallback
+fill, the build time, and batches/s over 1000 steps, for the default and for "auto".
+"""
+
+import os
+import sys
+import time
+import warnings
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+from sklearn import datasets as sk_datasets  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tf_repulsive  # noqa: E402
+
+
+def datasets(speech_dir):
+  digits = sk_datasets.load_digits()
+  yield "digits", (digits.data / 16).astype(np.float32), digits.target.astype(np.int64), 50
+  points = np.random.default_rng(0).uniform(-1, 1, (3000, 2)).astype(np.float32)
+  yield "sine boundary", points, (points[:, 1] > 0.5 * np.sin(2 * np.pi * points[:, 0])).astype(np.int64), 30
+  if speech_dir:
+    from speech_commands import input_data
+
+    settings = input_data.AudioSettings()
+    words = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+    index = input_data.prepare_data_index(speech_dir, words, 10.0, 10.0, 10.0, 10.0)
+    noise = input_data.load_background_noise(speech_dir, settings.desired_samples)
+    waveforms, labels = input_data.load_partition(index.partitions["training"], noise, settings, "training")
+    mfccs = np.concatenate([input_data.mfcc(tf.constant(chunk), settings).numpy()
+                            for chunk in np.array_split(waveforms, 8)])
+    yield "speech MFCCs", mfccs.reshape(len(labels), -1), labels.astype(np.int64), 100
+
+
+def measure(x, y, batch_size, sampler):
+  start = time.perf_counter()
+  batcher = tf_repulsive.repulsive_batch(batch_size, sampler, seed=1, start_step=0, verbose=False)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    batches = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  build = time.perf_counter() - start
+  fills = sum(batcher.fallback_points(step) > 0 for step in range(200))
+  next(batches)
+  start = time.perf_counter()
+  for _ in range(1000):
+    next(batches)
+  return batcher.stats().radius, fills, build, 1000 / (time.perf_counter() - start)
+
+
+def main(argv):
+  print("| data | sampler | radius default → auto | fills in 200 steps, default → auto "
+        "| build (s), default → auto | batches/s, default → auto |")
+  print("|---|---|---|---|---|---|")
+  for name, x, y, batch_size in datasets(argv[1] if len(argv) > 1 else None):
+    for sampler in (tf_repulsive.VanillaPDS, tf_repulsive.EasyPDS, tf_repulsive.AnnealPDS):
+      default = measure(x, y, batch_size, sampler())
+      auto = measure(x, y, batch_size, sampler(radius="auto"))
+      print(f"| {name} (k = {batch_size}) | {sampler.__name__} | {default[0]:.4g} → {auto[0]:.4g} | "
+            f"{default[1]} → {auto[1]} | {default[2]:.2f} → {auto[2]:.2f} | {default[3]:.0f} → {auto[3]:.0f} |",
+            flush=True)
+
+
+if __name__ == "__main__":
+  main(sys.argv)

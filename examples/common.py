@@ -50,6 +50,19 @@ def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues) -> None
   app.run(main, flags_parser=parse)
 
 
+def parse_radius(text: str) -> float | str | None:
+  """A --radius value: "default" (None: half the median distance), "auto", or a number > 0."""
+  if text in ("default", "auto"):
+    return None if text == "default" else text
+  try:
+    radius = float(text)
+  except ValueError:
+    radius = float("nan")
+  if not radius > 0:
+    raise ValueError(f"--radius must be 'default', 'auto' or a number > 0; got {text!r}.")
+  return radius
+
+
 def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = None,
                  dense_pi: Sequence[float] | None = None) -> tf_repulsive.Sampler:
   """A new sampler instance for a --sampler name.

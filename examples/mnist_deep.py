@@ -43,6 +43,8 @@ _TRAIN_FRACTION = flags.DEFINE_float("train_fraction", 0.5, "Fraction of the tra
 _SAMPLER = flags.DEFINE_enum("sampler", "uniform", list(common.ALL_SAMPLER_NAMES), "Mini-batch sampler.", flag_values=FLAGS)
 _DENSE_PI = flags.DEFINE_list("dense_pi", None, "pi of dense_pds over mingling values 0..K (default uniform).", flag_values=FLAGS)
 _NEIGHBORS = flags.DEFINE_integer("neighbors", 5, "K of the mingling index.", flag_values=FLAGS)
+_RADIUS = flags.DEFINE_string("radius", "default", "Disk radius: default (half the median distance), auto, or a number.",
+                              flag_values=FLAGS)
 _STEPS = flags.DEFINE_integer("steps", 20000, "Training steps.", flag_values=FLAGS)
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size.", flag_values=FLAGS)
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-4, "Adam learning rate.", flag_values=FLAGS)
@@ -61,6 +63,7 @@ class Config:
   sampler: str = "uniform"
   dense_pi: tuple[float, ...] | None = None
   neighbors: int = 5
+  radius: float | str | None = None
   steps: int = 20000
   batch_size: int = 50
   learning_rate: float = 1e-4
@@ -148,7 +151,8 @@ def train_and_evaluate(config: Config, verbose: int = 1) -> list[dict[str, float
   model.compile(optimizer=keras.optimizers.Adam(config.learning_rate),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"])
-  sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, dense_pi=config.dense_pi)
+  sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, radius=config.radius,
+                                dense_pi=config.dense_pi)
   batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed)
   train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)
   test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(500)
@@ -183,7 +187,7 @@ def config_from_flags() -> Config:
       dataset=_DATASET.value, data_dir=_DATA_DIR.value, train_fraction=_TRAIN_FRACTION.value,
       sampler=_SAMPLER.value,
       dense_pi=None if _DENSE_PI.value is None else tuple(float(p) for p in _DENSE_PI.value),
-      neighbors=_NEIGHBORS.value, steps=_STEPS.value, batch_size=_BATCH_SIZE.value,
+      neighbors=_NEIGHBORS.value, radius=common.parse_radius(_RADIUS.value), steps=_STEPS.value, batch_size=_BATCH_SIZE.value,
       learning_rate=_LEARNING_RATE.value, eval_every=_EVAL_EVERY.value, seed=_SEED.value,
       output_dir=_OUTPUT_DIR.value)
 

@@ -62,7 +62,7 @@ class Config:
   batch_size: int = 30
   num_points: int = 3000
   data_seed: int = 0
-  radius: float = 0.2
+  radius: float | str | None = 0.2
   hidden_units: int = 5
   train_steps: int = 2000
   learning_rate: float = 0.02
@@ -78,9 +78,10 @@ class Config:
         raise ValueError(f"--{name} must be >= 1; got {getattr(self, name)}.")
     if self.num_points < self.batch_size:
       raise ValueError(f"--num_points ({self.num_points}) must be >= --batch_size ({self.batch_size}).")
-    if self.radius <= 0 or self.learning_rate <= 0:
-      raise ValueError(
-          f"--radius and --learning_rate must be > 0; got {self.radius}, {self.learning_rate}.")
+    if isinstance(self.radius, (int, float)) and self.radius <= 0:
+      raise ValueError(f"--radius must be > 0; got {self.radius}.")
+    if self.learning_rate <= 0:
+      raise ValueError(f"--learning_rate must be > 0; got {self.learning_rate}.")
 
 
 # The flags live in this module's own registry (see `common.run`), one per `Config` field.
@@ -98,11 +99,12 @@ flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "Size of the one mini-b
                      flag_values=FLAGS)
 flags.DEFINE_integer("num_points", _DEFAULTS.num_points, "Points in the data set.", flag_values=FLAGS)
 flags.DEFINE_integer("data_seed", _DEFAULTS.data_seed, "Seed of the data points.", flag_values=FLAGS)
-flags.DEFINE_float(
-    "radius", _DEFAULTS.radius,
-    "Disk radius of the PDS samplers, in data units (the domain is [-1, 1]²). The library default, "
-    "half the median distance (0.51 here), fits only about 13 darts: the other 17 points of a "
-    "30-point batch would be the uniform fallback fill. At 0.2 no sampler needs the fill.",
+flags.DEFINE_string(
+    "radius", str(_DEFAULTS.radius),
+    "Disk radius of the PDS samplers, in data units (the domain is [-1, 1]²), or 'auto' or "
+    "'default'. The library default, half the median distance (0.51 here), fits only about 13 "
+    "darts: the other 17 points of a 30-point batch would be the uniform fallback fill. At 0.2 no "
+    "sampler needs the fill.",
     flag_values=FLAGS)
 flags.DEFINE_integer("hidden_units", _DEFAULTS.hidden_units, "Hidden tanh units (paper: 5).",
                      flag_values=FLAGS)
@@ -397,7 +399,7 @@ def write_figures(output_dir: pathlib.Path, config: Config, points: np.ndarray, 
 def config_from_flags() -> Config:
   """The `Config` the parsed flags describe."""
   return Config(**{field.name: FLAGS[field.name].value for field in dataclasses.fields(Config)}
-                | {"samplers": tuple(_SAMPLERS.value)})
+                | {"samplers": tuple(_SAMPLERS.value), "radius": common.parse_radius(FLAGS["radius"].value)})
 
 
 def main(argv: Sequence[str]) -> None:

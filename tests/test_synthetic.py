@@ -142,3 +142,18 @@ def test_bad_config():
     synthetic.Config(samplers=("uniform", "bogus"))
   with pytest.raises(ValueError, match="num_points"):
     synthetic.Config(num_points=10, batch_size=30)
+
+
+@pytest.mark.parametrize("text, radius", [("auto", "auto"), ("default", None), ("0.3", 0.3)])
+def test_radius_flag_takes_auto_default_or_a_number(text, radius):
+  try:
+    synthetic.FLAGS(["synthetic", f"--radius={text}"])
+    assert synthetic.config_from_flags().radius == radius
+  finally:
+    synthetic.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize("text", ["-1", "zero", "0"])
+def test_bad_radius_flag_names_the_choices(text):
+  with pytest.raises(ValueError, match="--radius must be 'default', 'auto' or a number > 0"):
+    common.parse_radius(text)

@@ -68,8 +68,9 @@ def main(argv):
     print(f"\n== {name} ==")
     results[name] = train_and_evaluate(name, _EPOCHS.value, _BATCH_SIZE.value, _SEED.value)
   print(f"\nHeld-out accuracy after {_EPOCHS.value} epochs (batch {_BATCH_SIZE.value}, seed {_SEED.value}):")
+  width = max(map(len, results))
   for name, accuracy in results.items():
-    print(f"  {name:<12} {accuracy:.4f}")
+    print(f"  {name:<{width}} {accuracy:.4f}")
 
 
 if __name__ == "__main__":

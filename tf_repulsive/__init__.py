@@ -19,12 +19,15 @@ from tf_repulsive._pipeline import RepulsiveBatcher
 from tf_repulsive._pipeline import SamplingStats
 from tf_repulsive._pipeline import repulsive_batch
 from tf_repulsive._samplers import AnnealPDS
+from tf_repulsive._samplers import BatchDrawer
 from tf_repulsive._samplers import DensePDS
 from tf_repulsive._samplers import EasyPDS
 from tf_repulsive._samplers import Sampler
+from tf_repulsive._samplers import SamplingContext
 from tf_repulsive._samplers import Uniform
 from tf_repulsive._samplers import VanillaPDS
 from tf_repulsive._schedule import anneal_pi
+from tf_repulsive._schedule import Schedule
 from tf_repulsive._schedule import paper_schedule
 
 __version__ = "0.1.0"
@@ -35,6 +38,7 @@ __all__ = (
     "ActiveBiasState",
     "AnnealPDS",
     "AnnealingCallback",
+    "BatchDrawer",
     "BatchStreamCallback",
     "DensePDS",
     "EasyPDS",
@@ -43,7 +47,9 @@ __all__ = (
     "KDPP",
     "RepulsiveBatcher",
     "Sampler",
+    "SamplingContext",
     "SamplingStats",
+    "Schedule",
     "Uniform",
     "VanillaPDS",
     "anneal_pi",

@@ -56,7 +56,6 @@ def prediction_variance_weights(count: np.ndarray, total: np.ndarray, total_sq: 
 class _WeightedDrawer:
   """k distinct points, successively with probability ∝ weights (Gumbel top-k); O(N) per batch."""
 
-  category_pi = None
 
   def __init__(self, state: ActiveBiasState, batch_size: int):
     self.state = state

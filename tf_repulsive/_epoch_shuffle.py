@@ -69,7 +69,6 @@ def keyed_permutation(positions: tf.Tensor, round_keys: tf.Tensor, num_points: i
 class _EpochOrderDrawer:
   """Step n is batch n mod S of epoch n div S (S = ceil(N / k)) of that epoch's order."""
 
-  category_pi = None
 
   def __init__(self, num_points: int, batch_size: int):
     self._num_points = num_points

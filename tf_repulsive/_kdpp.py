@@ -82,7 +82,6 @@ def _sample_categorical(log_weights: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
 class _SpectralKDPPDrawer:
   """Exact k-DPP: choose k eigenvectors by elementary symmetric polynomials, then a projection DPP."""
 
-  category_pi = None
 
   def __init__(self, eigenvalues: np.ndarray, eigenvectors: np.ndarray, batch_size: int):
     self._k = batch_size
@@ -153,7 +152,6 @@ class _SpectralKDPPDrawer:
 class _ExchangeChainDrawer:
   """Approximate k-DPP: a Metropolis exchange chain of `swaps` proposals from a uniform k-set."""
 
-  category_pi = None
 
   def __init__(self, features: np.ndarray, kernel: str, bandwidth: float, batch_size: int, swaps: int):
     self._k = batch_size

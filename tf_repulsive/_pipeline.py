@@ -232,7 +232,8 @@ class RepulsiveBatcher:
 
   def pi(self, step: int) -> np.ndarray | None:
     """pi over mingling values at `step` for Dense / Anneal PDS, else None."""
-    category_pi = self._require_built().drawer.category_pi
+    # Optional in the drawer contract: only samplers that weight darts by mingling value have it.
+    category_pi = getattr(self._require_built().drawer, "category_pi", None)
     if category_pi is None:
       return None
     pi = np.asarray(category_pi(tf.constant(step, tf.int64)), dtype=np.float64)
@@ -404,7 +405,7 @@ class RepulsiveBatcher:
     built = self._built
     fallback = self.fallback_points(0)
     if fallback:
-      cause = ("The radius is too large for this batch size on this data" if built.drawer.category_pi is None
+      cause = ("The radius is too large for this batch size on this data" if self.pi(0) is None
                else "The radius is too large for this batch size on the points that pi favours at step 0")
       warnings.warn(
           f"the darts filled only {self.batch_size - fallback} of {self.batch_size} points of the "
@@ -726,7 +727,8 @@ def repulsive_batch(
   if not isinstance(sampler, _samplers.Sampler):
     raise TypeError(
         f"`sampler` must be a tf_repulsive sampler (Uniform, EpochShuffle, VanillaPDS, EasyPDS, "
-        f"DensePDS, AnnealPDS, KDPP, FastKDPP, ActiveBias); got {sampler!r}.")
+        f"DensePDS, AnnealPDS, KDPP, FastKDPP, ActiveBias, or a tf_repulsive.Sampler subclass of "
+        f"your own); got {sampler!r}.")
   for fn, name in ((feature_fn, "feature_fn"), (label_fn, "label_fn")):
     if fn is not None and not callable(fn):
       raise TypeError(f"`{name}` must be callable or None; got {fn!r}.")

@@ -62,13 +62,25 @@ class SamplingContext:
 
 
 class BatchDrawer(Protocol):
-  """Draws the indices of the batch of a global step: graph ops, pure in (key, step)."""
+  """Draws the indices of the batch of a global step: graph ops, pure in (key, step).
 
-  # pi over mingling values as a function of the step, for samplers that have one.
-  category_pi: _dart_throwing.CategoryPi | None
+  `draw` is traced into the tf.data pipeline (and into `batcher.batch_indices`), so it must be
+  TensorFlow ops only, its randomness stateless and derived from `key` and `step` alone: that is
+  what makes batches reproducible, checkpoints exact and pipelines shippable. A drawer may also
+  have `category_pi(step)`, pi over mingling values, which `batcher.pi` and the callbacks log.
+  """
 
   def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Returns `[k]` int32 distinct indices and the int32 count supplied by a fallback fill."""
+    """The batch of `step`.
+
+    Args:
+      key: `[2]` int64 stateless seed of the pipeline.
+      step: int64 scalar, the global step n.
+
+    Returns:
+      `[k]` int32 distinct indices into the dataset, and the int32 count of them that a fallback
+      fill supplied (0 for samplers without one).
+    """
 
 
 class Sampler:
@@ -76,6 +88,30 @@ class Sampler:
 
   The pipeline's state (draws, counters, where its stream starts) lives in the batcher that
   `repulsive_batch` returns, not here.
+
+  A sampler of your own subclasses this and overrides `build`, which receives the dataset's
+  `SamplingContext` once and returns a `BatchDrawer`; set `needs_labels = True` to get the labels
+  in the context. Checkpoints, callbacks and `batch_indices` then work as for the built-in ones.
+
+  Example (every batch the next k elements, a new random rotation each epoch):
+
+  >>> import numpy as np, tensorflow as tf, tf_repulsive
+  >>> class RotatedBlocks(tf_repulsive.Sampler):
+  ...   def build(self, context):
+  ...     num_points, k = context.features.shape[0], context.batch_size
+  ...     class Drawer:
+  ...       def draw(self, key, step):
+  ...         epoch = step // -(-num_points // k)
+  ...         shift = tf.random.stateless_uniform(
+  ...             [], tf.random.experimental.stateless_fold_in(key, epoch), maxval=num_points, dtype=tf.int64)
+  ...         indices = (step * k + shift + tf.range(k, dtype=tf.int64)) % num_points
+  ...         return tf.cast(indices, tf.int32), tf.constant(0, tf.int32)
+  ...     return Drawer()
+  >>> batcher = tf_repulsive.repulsive_batch(4, RotatedBlocks(), seed=0, start_step=0)
+  >>> batches = tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher)
+  >>> first = next(iter(batches)).numpy()
+  >>> bool(np.all(np.diff(first) % 10 == 1)), bool(np.array_equal(first, batcher.batch_indices(0)))
+  (True, True)
   """
 
   # Whether the sampler needs class labels; mingling samplers also have `neighbors` (K).

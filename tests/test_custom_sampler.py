@@ -1,0 +1,83 @@
+"""A sampler written outside the package, through the exported contract, works end to end."""
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_repulsive
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClassBalanced(tf_repulsive.Sampler):
+  """k distinct points, each class about equally often: Gumbel top-k with weights 1 / class size."""
+
+  needs_labels = True
+
+  def build(self, context: tf_repulsive.SamplingContext) -> tf_repulsive.BatchDrawer:
+    counts = np.bincount(context.labels)
+    log_weights = tf.constant(-np.log(counts[context.labels]), tf.float32)
+    batch_size = context.batch_size
+
+    class Drawer:
+      def draw(self, key, step):
+        uniform = tf.random.stateless_uniform(log_weights.shape, tf.random.experimental.stateless_fold_in(key, step),
+                                              minval=1e-12, maxval=1.0)
+        scores = log_weights - tf.math.log(-tf.math.log(uniform))
+        return tf.math.top_k(scores, batch_size).indices, tf.constant(0, tf.int32)
+
+    return Drawer()
+
+
+def _imbalanced(size=500, seed=0):
+  rng = np.random.default_rng(seed)
+  labels = (rng.random(size) < 0.2).astype(np.int64)
+  return rng.normal(size=(size, 3)).astype(np.float32), labels
+
+
+def test_it_gets_the_labels_and_balances_the_classes():
+  x, y = _imbalanced()
+  batcher = tf_repulsive.repulsive_batch(10, ClassBalanced(), seed=0, start_step=0)
+  batches = list(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher).take(300).as_numpy_iterator())
+  labels = np.concatenate([batch_labels for _, batch_labels in batches])
+  assert 0.4 < labels.mean() < 0.6  # the data has 20% of class 1
+  for step, (points, _) in enumerate(batches[:20]):
+    np.testing.assert_array_equal(points, x[batcher.batch_indices(step)])
+    assert len(set(batcher.batch_indices(step).tolist())) == 10
+  assert batcher.pi(0) is None and batcher.stats().fallback_batches == 0
+
+
+def test_a_restored_iterator_continues_with_the_same_batches(tmp_path):
+  x, y = _imbalanced()
+  batcher = tf_repulsive.repulsive_batch(10, ClassBalanced(), seed=3, start_step=0)
+  batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher).prefetch(2)
+  iterator = iter(batches)
+  for _ in range(5):
+    next(iterator)
+  checkpoint = tf.train.Checkpoint(iterator=iterator)
+  path = checkpoint.write(str(tmp_path / "ckpt"))
+  expected = [next(iterator)[1].numpy() for _ in range(4)]
+  restored = iter(batches)
+  tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
+  np.testing.assert_array_equal([next(restored)[1].numpy() for _ in range(4)], expected)
+
+
+def test_it_trains_with_the_callback_in_fit():
+  x, y = _imbalanced()
+  batcher = tf_repulsive.repulsive_batch(10, ClassBalanced(), seed=0)
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+  model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher), epochs=2,
+                      steps_per_epoch=batcher.steps_per_epoch, verbose=0,
+                      callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  assert batcher.last_start() == 0
+  assert history.history["sampler_fallback_batches"] == [0.0, 0.0]
+
+
+def test_the_contract_is_exported():
+  for name in ("Sampler", "SamplingContext", "BatchDrawer", "Schedule"):
+    assert name in tf_repulsive.__all__
+  with pytest.raises(TypeError, match="must be a tf_repulsive sampler"):
+    tf_repulsive.repulsive_batch(10, object())

@@ -44,9 +44,9 @@ def draw_steps(x, y, batch_size, sampler, seed=0, steps=200):
 
 def check_auto_radius(batcher, batches, sampler):
   """Fill rate < 1% over the steps; without a fill, every pair the disks cover is that far apart."""
-  radius = batcher.stats().radius
-  assert radius > 0
   stats = batcher.stats()  # counts every batch drawn here, also those prefetched past `batches`
+  radius = stats.radius
+  assert radius > 0
   assert stats.fallback_batches < 0.01 * stats.batches
   fills = ([batcher.fallback_points(step) for step in range(len(batches))] if stats.fallback_batches
            else [0] * len(batches))

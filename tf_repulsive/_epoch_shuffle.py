@@ -43,7 +43,7 @@ def keyed_permutation(positions: tf.Tensor, round_keys: tf.Tensor, num_points: i
   Returns:
     int64 tensor like `positions`: distinct positions map to distinct values in [0, N).
   """
-  half_bits = max(1, math.ceil(math.ceil(math.log2(num_points)) / 2)) if num_points > 1 else 1
+  half_bits = max(1, math.ceil(math.ceil(math.log2(num_points)) / 2))
   half_mask = (1 << half_bits) - 1
   domain = 1 << (2 * half_bits)
 

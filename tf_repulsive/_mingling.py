@@ -62,17 +62,18 @@ def mingling_disagreements(features: np.ndarray, labels: np.ndarray, neighbors: 
   disagreements = np.empty(n, np.int64)
   with _progress.bar(f"mingling values ({neighbors} nearest neighbours)", n, verbose) as progress:
     for start in range(0, n, _QUERY_CHUNK):
-      rows = np.arange(start, min(start + _QUERY_CHUNK, n))
+      rows = slice(start, min(start + _QUERY_CHUNK, n))
       _, candidates = search.kneighbors(features[rows])
+      size = candidates.shape[0]
       # With duplicated points the query point need not come first: drop it wherever it is, else
       # the farthest candidate, so that exactly K others remain.
-      is_self = candidates == rows[:, None]
+      is_self = candidates == np.arange(rows.start, rows.stop)[:, None]
       drop = np.where(is_self.any(axis=1), is_self.argmax(axis=1), neighbors)
       keep = np.ones_like(candidates, dtype=bool)
-      keep[np.arange(rows.size), drop] = False
-      others = candidates[keep].reshape(rows.size, neighbors)
+      keep[np.arange(size), drop] = False
+      others = candidates[keep].reshape(size, neighbors)
       disagreements[rows] = (labels[others] != labels[rows, None]).sum(axis=1)
-      progress.update(rows.size)
+      progress.update(size)
   return disagreements
 
 

@@ -838,11 +838,12 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
       data.apply(batcher)
     return batcher
 
-  auto = built("auto").stats().radius
+  calibrated = built("auto")
+  auto = calibrated.stats().radius
   radii = {("auto" if scale == 1.0 else f"{scale:g} x auto"): scale * auto for scale in scales}
   if include_default:
     radii["default"] = None
-  batchers = {label: built(radius) for label, radius in radii.items()}
+  batchers = {label: calibrated if label == "auto" else built(radius) for label, radius in radii.items()}
   gradients = per_example_gradients(model, loss_fn, x, y, variables=variables, sketch_dim=sketch_dim,
                                     seed=seed, chunk_size=chunk_size)
   draws = {label: draw_batches(batcher, num_batches, start_step=start_step) for label, batcher in batchers.items()}

@@ -281,6 +281,9 @@ def test_flagfiles_parse(name):
   assert len(input_data.prepare_words_list(config.wanted_words)) == 12
   assert config.audio.feature_shape == (98, 40)
   assert config.total_steps <= (100 if "smoke" in name else 1000)
+  assert config.radius is None
+  flag_values(["train", f"--flagfile={_REPO / 'configs' / name}", "--radius=51"])
+  assert train.config_from_flags(flag_values).radius == 51.0
 
 
 def _tiny_config(tiny_dataset, steps: tuple[int, int], sampler: str) -> train.Config:

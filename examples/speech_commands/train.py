@@ -105,6 +105,7 @@ class Config:
   eval_step_interval: int = 400
   sampler: str = "anneal_pds"
   neighbors: int = 5
+  radius: float | str | None = None  # None: half the median distance; "auto": calibrated
   seed: int = 0
 
   def __post_init__(self):
@@ -197,6 +198,8 @@ flags.DEFINE_integer("eval_step_interval", _DEFAULTS.eval_step_interval, "How of
 flags.DEFINE_enum("sampler", _DEFAULTS.sampler, common.ALL_SAMPLER_NAMES, "Mini-batch sampler.",
                   flag_values=FLAGS)
 flags.DEFINE_integer("neighbors", _DEFAULTS.neighbors, "K of the mingling index.", flag_values=FLAGS)
+flags.DEFINE_string("radius", "default", "Disk radius: default (half the median distance), auto, or a number.",
+                    flag_values=FLAGS)
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of initialisation, dropout, batch draws and augmentation.",
                      flag_values=FLAGS)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory; default runs/speech_commands/<sampler>_seed<seed>.",
@@ -221,6 +224,7 @@ def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> Config:
   values["wanted_words"] = tuple(values["wanted_words"])
   values["how_many_training_steps"] = tuple(int(steps) for steps in values["how_many_training_steps"])
   values["learning_rate"] = tuple(float(rate) for rate in values["learning_rate"])
+  values["radius"] = common.parse_radius(values["radius"])
   return Config(**values)
 
 
@@ -324,7 +328,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
 
   keras.utils.set_random_seed(config.seed)
   train_waveforms, train_labels = partitions["training"]
-  sampler = common.make_sampler(config.sampler, neighbors=config.neighbors)
+  sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, radius=config.radius)
   batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed,
                                          feature_fn=lambda waveform, label: input_data.mfcc(waveform, settings))
   batches = tf.data.Dataset.from_tensor_slices((train_waveforms, train_labels)).apply(batcher)

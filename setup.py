@@ -11,7 +11,8 @@ _VERSION = re.search(r'__version__ = "([^"]+)"', (_HERE / "tf_repulsive" / "__in
 setuptools.setup(
     name="tf_repulsive",
     version=_VERSION,
-    description="Active mini-batch sampling with repulsive point processes (Poisson disk sampling) for tf.data and Keras.",
+    description=("Active mini-batch sampling with repulsive point processes (Poisson disk sampling) "
+                 "for tf.data and Keras."),
     long_description=(_HERE / "README.md").read_text(),
     long_description_content_type="text/markdown",
     packages=setuptools.find_packages(include=["tf_repulsive", "tf_repulsive.*"]),
@@ -32,7 +33,8 @@ setuptools.setup(
         "gpu": ["tensorflow>=2.16"],
         "datasets": ["tensorflow-datasets>=4.9", "importlib_resources"],
         "examples": ["matplotlib>=3.7", "tensorboard>=2.16"],
-        "test": ["pytest>=7"],
+        # The test command also lints (ruff) and type-checks the package (mypy); see scripts/test.sh.
+        "test": ["pytest>=7", "ruff>=0.5", "mypy>=1.10"],
         # An outside exact k-DPP sampler for the Table 1 benchmark (examples/benchmark_table1.py).
         "reference": ["dppy>=0.3"],
     },

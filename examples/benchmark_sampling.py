@@ -18,7 +18,6 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -27,14 +26,17 @@ import common  # noqa: E402
 import tf_repulsive  # noqa: E402
 
 FLAGS = flags.FlagValues()
-_SIZES = flags.DEFINE_list("sizes", ["50", "80", "102", "150", "200"], "Mini-batch sizes k of part 1.", flag_values=FLAGS)
+_SIZES = flags.DEFINE_list("sizes", ["50", "80", "102", "150", "200"], "Mini-batch sizes k of part 1.",
+                           flag_values=FLAGS)
 _LABEL_WEIGHT = flags.DEFINE_float(
     "label_weight", 0.3, "Weight w of the one-hot label part; (1 - w) weighs the image features. "
-    "The paper's main text uses 0.7, where (with these features) no batch holds two points of one class.", flag_values=FLAGS)
+    "The paper's main text uses 0.7, where (with these features) no batch holds two points of one class.",
+    flag_values=FLAGS)
 _BATCHES = flags.DEFINE_integer("batches", 300, "Batches timed per measurement (after warm-up).", flag_values=FLAGS)
 _THROUGHPUT_BATCHES = flags.DEFINE_integer("throughput_batches", 3000, "Batches timed in part 2.", flag_values=FLAGS)
 _CACHE = flags.DEFINE_integer(
-    "distance_cache_mib", 512, "repulsive_batch's distance_cache_bytes in MiB (0: Gram blocks per batch).", flag_values=FLAGS)
+    "distance_cache_mib", 512, "repulsive_batch's distance_cache_bytes in MiB (0: Gram blocks per batch).",
+    flag_values=FLAGS)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the synthetic data and the sampler.", flag_values=FLAGS)
 
 # The paper's Table 1 / appendix table: CPU seconds to sample one mini-batch.

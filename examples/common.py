@@ -16,7 +16,8 @@ import tensorflow as tf
 import tf_repulsive
 
 # --sampler values: the two uniform baselines (the paper's independent batches; one pass per epoch,
-# as shuffle + batch), then the paper's samplers. Dense PDS takes its pi from --dense_pi (default: uniform over mingling values).
+# as shuffle + batch), then the paper's samplers. Dense PDS takes its pi from --dense_pi (default:
+# uniform over mingling values).
 SAMPLER_NAMES = ("uniform", "epoch_shuffle", "vanilla_pds", "easy_pds", "dense_pds", "anneal_pds")
 # The paper's baselines, also accepted by --sampler.
 BASELINE_NAMES = ("kdpp", "fast_kdpp", "active_bias")

@@ -131,6 +131,10 @@ def test_accuracy_per_epoch(data: tuple[np.ndarray, ...], sampler_name: str, bat
   return [float(accuracy) for accuracy in history.history["val_accuracy"]]
 
 
+def _mean_std(values: np.ndarray) -> str:
+  return f"{values.mean():.4f} ± {values.std(ddof=1) if len(values) > 1 else 0.0:.4f}"
+
+
 def summary(rows: list[dict[str, float]], config: Config) -> str:
   """Markdown: test accuracy at the report epochs and over all epochs, paired differences to uniform."""
   def curves(sampler: str, batch_size: int) -> np.ndarray:  # [seeds, epochs]
@@ -148,10 +152,9 @@ def summary(rows: list[dict[str, float]], config: Config) -> str:
     reference = curves("uniform", batch_size).mean(axis=1) if "uniform" in config.samplers else None
     for sampler in config.samplers:
       values = curves(sampler, batch_size)
-      cells = [str(batch_size), sampler] + [f"{values[:, e].mean():.4f} ± {values[:, e].std(ddof=1) if config.seeds > 1 else 0:.4f}"
-                                            for e in epochs]
+      cells = [str(batch_size), sampler] + [_mean_std(values[:, epoch]) for epoch in epochs]
       over_epochs = values.mean(axis=1)
-      cells.append(f"{over_epochs.mean():.4f} ± {over_epochs.std(ddof=1) if config.seeds > 1 else 0:.4f}")
+      cells.append(_mean_std(over_epochs))
       if reference is None or sampler == "uniform":
         cells.append("—")
       else:

@@ -41,13 +41,15 @@ import mnist_deep  # noqa: E402
 from tf_repulsive import diagnostics  # noqa: E402
 
 FLAGS = flags.FlagValues()
-_TRAIN_FRACTION = flags.DEFINE_float("train_fraction", 0.5, "Fraction of the digits training split used.", flag_values=FLAGS)
+_TRAIN_FRACTION = flags.DEFINE_float("train_fraction", 0.5, "Fraction of the digits training split used.",
+                                     flag_values=FLAGS)
 _SAMPLERS = flags.DEFINE_list("samplers", list(common.SAMPLER_NAMES), "Samplers to diagnose.", flag_values=FLAGS)
 _NEIGHBORS = flags.DEFINE_integer("neighbors", 5, "K of the mingling index.", flag_values=FLAGS)
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size k.", flag_values=FLAGS)
 _NUM_BATCHES = flags.DEFINE_integer("num_batches", 400, "Draws per sampler and checkpoint (>= 3).", flag_values=FLAGS)
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300,
-                                     "Adam steps on uniform batches before the second look (0: none).", flag_values=FLAGS)
+                                     "Adam steps on uniform batches before the second look (0: none).",
+                                     flag_values=FLAGS)
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-4, "Adam learning rate.", flag_values=FLAGS)
 _VARIABLES = flags.DEFINE_enum("variables", "all", ["all", "last_layer"],
                                "Parameters whose gradients are analysed.", flag_values=FLAGS)

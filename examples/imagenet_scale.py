@@ -41,7 +41,8 @@ FLAGS = flags.FlagValues()
 _NUM_ELEMENTS = flags.DEFINE_integer("num_elements", 1_281_167, "Records (ImageNet's training set: 1,281,167).",
                                       flag_values=FLAGS)
 _NUM_FILES = flags.DEFINE_integer("num_files", 2000, "Distinct image files written to --data_dir.", flag_values=FLAGS)
-_FEATURE_DIM = flags.DEFINE_integer("feature_dim", 128, "Dimension of the per-record feature vector.", flag_values=FLAGS)
+_FEATURE_DIM = flags.DEFINE_integer("feature_dim", 128, "Dimension of the per-record feature vector.",
+                                    flag_values=FLAGS)
 _SAMPLER = flags.DEFINE_enum("sampler", "vanilla_pds", list(common.ALL_SAMPLER_NAMES), "Mini-batch sampler.",
                              flag_values=FLAGS)
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 256, "Mini-batch size k.", flag_values=FLAGS)

@@ -25,7 +25,6 @@ import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -38,17 +37,22 @@ import tf_repulsive  # noqa: E402
 
 FLAGS = flags.FlagValues()
 _DATASET = flags.DEFINE_enum("dataset", "digits", ["digits", "mnist"], "Training data.", flag_values=FLAGS)
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "tensorflow-datasets data_dir for --dataset=mnist.", flag_values=FLAGS)
-_TRAIN_FRACTION = flags.DEFINE_float("train_fraction", 0.5, "Fraction of the training split used (paper: half).", flag_values=FLAGS)
-_SAMPLER = flags.DEFINE_enum("sampler", "uniform", list(common.ALL_SAMPLER_NAMES), "Mini-batch sampler.", flag_values=FLAGS)
-_DENSE_PI = flags.DEFINE_list("dense_pi", None, "pi of dense_pds over mingling values 0..K (default uniform).", flag_values=FLAGS)
-_NEIGHBORS = flags.DEFINE_integer("neighbors", 5, "K of the mingling index.", flag_values=FLAGS)
-_RADIUS = flags.DEFINE_string("radius", "default", "Disk radius: default (half the median distance), auto, or a number.",
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "tensorflow-datasets data_dir for --dataset=mnist.",
+                                flag_values=FLAGS)
+_TRAIN_FRACTION = flags.DEFINE_float("train_fraction", 0.5, "Fraction of the training split used (paper: half).",
+                                     flag_values=FLAGS)
+_SAMPLER = flags.DEFINE_enum("sampler", "uniform", list(common.ALL_SAMPLER_NAMES), "Mini-batch sampler.",
+                             flag_values=FLAGS)
+_DENSE_PI = flags.DEFINE_list("dense_pi", None, "pi of dense_pds over mingling values 0..K (default uniform).",
                               flag_values=FLAGS)
+_NEIGHBORS = flags.DEFINE_integer("neighbors", 5, "K of the mingling index.", flag_values=FLAGS)
+_RADIUS = flags.DEFINE_string("radius", "default",
+                              "Disk radius: default (half the median distance), auto, or a number.", flag_values=FLAGS)
 _STEPS = flags.DEFINE_integer("steps", 20000, "Training steps.", flag_values=FLAGS)
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size.", flag_values=FLAGS)
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-4, "Adam learning rate.", flag_values=FLAGS)
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", 100, "Evaluate the test error every this many steps.", flag_values=FLAGS)
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", 100, "Evaluate the test error every this many steps.",
+                                   flag_values=FLAGS)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the initialisation, dropout and the batch draws.", flag_values=FLAGS)
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/mnist_deep", "Where logs, CSV and plot go.", flag_values=FLAGS)
 
@@ -114,8 +118,10 @@ def load_mnist(data_dir: str | None, train_fraction: float) -> tuple[np.ndarray,
 
 def deep_mnist_model() -> keras.Model:
   """The tutorial's CNN, with its initialisation (truncated normal 0.1 weights, 0.1 biases)."""
-  weights = lambda: keras.initializers.TruncatedNormal(stddev=0.1)
-  biases = lambda: keras.initializers.Constant(0.1)
+  def weights():
+    return keras.initializers.TruncatedNormal(stddev=0.1)
+  def biases():
+    return keras.initializers.Constant(0.1)
   return keras.Sequential([
       keras.Input((28, 28, 1)),
       keras.layers.Conv2D(32, 5, padding="same", activation="relu",
@@ -187,7 +193,8 @@ def config_from_flags() -> Config:
       dataset=_DATASET.value, data_dir=_DATA_DIR.value, train_fraction=_TRAIN_FRACTION.value,
       sampler=_SAMPLER.value,
       dense_pi=None if _DENSE_PI.value is None else tuple(float(p) for p in _DENSE_PI.value),
-      neighbors=_NEIGHBORS.value, radius=common.parse_radius(_RADIUS.value), steps=_STEPS.value, batch_size=_BATCH_SIZE.value,
+      neighbors=_NEIGHBORS.value, radius=common.parse_radius(_RADIUS.value), steps=_STEPS.value,
+      batch_size=_BATCH_SIZE.value,
       learning_rate=_LEARNING_RATE.value, eval_every=_EVAL_EVERY.value, seed=_SEED.value,
       output_dir=_OUTPUT_DIR.value)
 

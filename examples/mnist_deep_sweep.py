@@ -44,18 +44,36 @@ def finished_curve(run_dir: pathlib.Path, steps: int) -> list[dict[str, float]] 
 
 
 def summarize(curves: dict[str, list[list[dict[str, float]]]], report_steps: list[int]) -> str:
-  """Markdown table: test error (%) mean ± std over seeds at the report steps and the last step."""
+  """Markdown table: test error (%) mean ± std over seeds at the report steps and the last step.
+
+  With "uniform" among the samplers, a last column pairs every other sampler's runs with uniform's
+  in seed order: the difference in mean test error over the curve (percentage points; < 0 is
+  better), mean ± std over seeds, and how many seeds are below uniform.
+  """
   last = curves[next(iter(curves))][0][-1]["step"]
   steps = [step for step in report_steps if step < last] + [last]
-  lines = ["| sampler | seeds | " + " | ".join(f"error @ {step}" for step in steps) + " | best-of-curve error |",
-           "|---" * (len(steps) + 3) + "|"]
+  paired = "uniform" in curves
+  lines = ["| sampler | seeds | " + " | ".join(f"error @ {step}" for step in steps) + " | best-of-curve error |"
+           + (" paired Δ curve-mean error vs uniform (seeds below) |" if paired else ""),
+           "|---" * (len(steps) + 3 + paired) + "|"]
+
+  def curve_means(runs):
+    return np.array([100 * np.mean([row["test_error"] for row in run]) for run in runs])
+
   for sampler, runs in curves.items():
     cells = []
     for step in steps:
       errors = [100 * next(row["test_error"] for row in run if row["step"] == step) for run in runs]
       cells.append(f"{np.mean(errors):.2f} ± {np.std(errors):.2f}")
     best = [100 * min(row["test_error"] for row in run) for run in runs]
-    lines.append(f"| {sampler} | {len(runs)} | " + " | ".join(cells) + f" | {np.mean(best):.2f} ± {np.std(best):.2f} |")
+    cells.append(f"{np.mean(best):.2f} ± {np.std(best):.2f}")
+    if paired:
+      if sampler == "uniform" or len(runs) != len(curves["uniform"]):
+        cells.append("—")
+      else:
+        delta = curve_means(runs) - curve_means(curves["uniform"])
+        cells.append(f"{np.mean(delta):+.2f} ± {np.std(delta):.2f} ({int(np.sum(delta < 0))}/{len(delta)})")
+    lines.append(f"| {sampler} | {len(runs)} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 

@@ -26,7 +26,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from absl import flags  # noqa: E402
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import common  # noqa: E402
@@ -36,7 +35,8 @@ from tf_repulsive import diagnostics  # noqa: E402
 _DISK_SAMPLERS = ("vanilla_pds", "easy_pds", "dense_pds", "anneal_pds")
 
 FLAGS = flags.FlagValues()
-_TRAIN_FRACTION = flags.DEFINE_float("train_fraction", 0.5, "Fraction of the digits training split used.", flag_values=FLAGS)
+_TRAIN_FRACTION = flags.DEFINE_float("train_fraction", 0.5, "Fraction of the digits training split used.",
+                                     flag_values=FLAGS)
 _SAMPLER = flags.DEFINE_enum("sampler", "vanilla_pds", list(_DISK_SAMPLERS), "Disk sampler whose radius is swept.",
                              flag_values=FLAGS)
 _SCALES = flags.DEFINE_list("scales", ["0.25", "0.5", "0.75", "1", "1.25"],
@@ -45,7 +45,8 @@ _NEIGHBORS = flags.DEFINE_integer("neighbors", 5, "K of the mingling index.", fl
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size k.", flag_values=FLAGS)
 _NUM_BATCHES = flags.DEFINE_integer("num_batches", 200, "Draws per radius and checkpoint (>= 3).", flag_values=FLAGS)
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300,
-                                     "Adam steps on uniform batches before the second look (0: none).", flag_values=FLAGS)
+                                     "Adam steps on uniform batches before the second look (0: none).",
+                                     flag_values=FLAGS)
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-4, "Adam learning rate.", flag_values=FLAGS)
 _VARIABLES = flags.DEFINE_enum("variables", "all", ["all", "last_layer"],
                                "Parameters whose gradients are analysed.", flag_values=FLAGS)

@@ -62,7 +62,7 @@ def measure(name):
 
   check = np.sort(np.random.default_rng(12345).choice(num_points, 1000, replace=False))
   search = _mingling._Search(features, 5)
-  exact = _mingling._disagreements(check, search.nearest(check, np.arange(num_points), 6), labels, 5)
+  exact = _mingling._count_other_labels(check, search.nearest(check, np.arange(num_points), 6), labels, 5)
   print(f"  agreement on an independent subsample of 1000: {np.mean(mingling.values[check] == exact):.4f}")
 
   if with_sklearn:

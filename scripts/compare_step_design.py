@@ -57,7 +57,8 @@ def main():
     base_start = first_batch_seconds(tf.data.Dataset.from_tensor_slices(features).shuffle(len(features)).batch(50))
     ours_start = first_batch_seconds(pds)
     print(f"{name}: batches/s shuffle+batch {base:.0f}, VanillaPDS {ours:.0f} (ratio {ours / base:.2f}); "
-          f"first batch of a new iterator: shuffle+batch {1000 * base_start:.1f} ms, VanillaPDS {1000 * ours_start:.1f} ms")
+          f"first batch of a new iterator: shuffle+batch {1000 * base_start:.1f} ms, "
+          f"VanillaPDS {1000 * ours_start:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -129,7 +129,8 @@ def test_one_hot_labels_get_the_argmax_hint():
 
 
 def test_labels_are_not_needed_without_mingling():
-  batch = next(iter(_dataset(labels=False).apply(tf_repulsive.repulsive_batch(5, tf_repulsive.VanillaPDS(), start_step=0))))
+  batcher = tf_repulsive.repulsive_batch(5, tf_repulsive.VanillaPDS(), start_step=0)
+  batch = next(iter(_dataset(labels=False).apply(batcher)))
   assert batch.shape == (5, 3)
 
 

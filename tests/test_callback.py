@@ -142,7 +142,8 @@ def test_anneal_starts_easy_then_follows_h(digits):
   late = np.mean([composition[step] for step in range(150, 216)], axis=0)
   assert early[0] == 1.0  # only easy points in the first batches
   assert h[0] < 0.95
-  total_variation = lambda p: 0.5 * np.abs(p - h).sum()
+  def total_variation(p):
+    return 0.5 * np.abs(p - h).sum()
   assert total_variation(late) < 0.05 < total_variation(early)
   last_epoch = recorder.epoch_logs[-1]
   np.testing.assert_allclose([last_epoch[f"sampler_pi_{m}"] for m in range(6)], logged_pi[215])

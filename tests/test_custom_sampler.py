@@ -21,7 +21,7 @@ class ClassBalanced(tf_repulsive.Sampler):
     log_weights = tf.constant(-np.log(counts[context.labels]), tf.float32)
     batch_size = context.batch_size
 
-    class Drawer:
+    class Drawer(tf_repulsive.BatchDrawer):
       def draw(self, key, step):
         uniform = tf.random.stateless_uniform(log_weights.shape, tf.random.experimental.stateless_fold_in(key, step),
                                               minval=1e-12, maxval=1.0)
@@ -77,7 +77,52 @@ def test_it_trains_with_the_callback_in_fit():
 
 
 def test_the_contract_is_exported():
-  for name in ("Sampler", "SamplingContext", "BatchDrawer", "Schedule"):
+  for name in ("Sampler", "SamplingContext", "BatchDrawer", "MinglingValues", "Schedule"):
     assert name in tf_repulsive.__all__
   with pytest.raises(TypeError, match="must be a tf_repulsive sampler"):
     tf_repulsive.repulsive_batch(10, object())
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EvenOdd(tf_repulsive.Sampler):
+  """Even steps take the first k points, odd steps the last k; reports made-up mingling values."""
+
+  def build(self, context):
+    num_points, k = context.features.shape[0], context.batch_size
+    values = np.arange(num_points) % 2  # "mingling value" 0 or 1 (K = 1)
+
+    class Drawer(tf_repulsive.BatchDrawer):
+      radius = 0.25
+      mingling = tf_repulsive.MinglingValues(values=values, neighbors=1, agreement=1.0)
+
+      def draw(self, key, step):
+        del key
+        start = tf.cast(step % 2, tf.int32) * (num_points - k)
+        return tf.range(start, start + k), tf.constant(0, tf.int32)
+
+      def pi(self, step):
+        return tf.constant([0.5, 0.5], tf.float64)
+
+    return Drawer()
+
+
+def test_what_a_drawer_reports_reaches_stats_pi_and_logs():
+  batcher = tf_repulsive.repulsive_batch(3, EvenOdd(), seed=0, start_step=0)
+  iterator = iter(tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher))
+  np.testing.assert_array_equal(next(iterator).numpy(), [0.0, 1.0, 2.0])
+  np.testing.assert_array_equal(next(iterator).numpy(), [7.0, 8.0, 9.0])
+  stats = batcher.stats()
+  assert stats.radius == 0.25 and stats.mingling_agreement == 1.0
+  np.testing.assert_allclose(batcher.pi(4), [0.5, 0.5])
+  # Step 0 holds values 0, 1, 0; step 1 (points 7, 8, 9) holds 1, 0, 1.
+  np.testing.assert_allclose(batcher.compositions([0, 1]), [[2 / 3, 1 / 3], [1 / 3, 2 / 3]])
+
+
+def test_build_must_return_a_batch_drawer():
+  class NotADrawer(tf_repulsive.Sampler):
+    def build(self, context):
+      return lambda key, step: (tf.range(context.batch_size), tf.constant(0, tf.int32))
+
+  batcher = tf_repulsive.repulsive_batch(2, NotADrawer(), seed=0, start_step=0)
+  with pytest.raises(TypeError, match="must return a tf_repulsive.BatchDrawer"):
+    tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher)

@@ -40,11 +40,11 @@ def _sequential(darts, points, radius, k):
   return accepted
 
 
-def _plan(radius, max_darts, categories=None, pi=None):
+def _plan(radius, max_darts, mingling_values=None, pi=None):
   return _dart_throwing.DartPlan(
       point_radius=radius,
-      category_pi=None if pi is None else (lambda step: tf.constant(pi, tf.float64)),
-      categories=categories, num_categories=0 if pi is None else len(pi), max_darts=max_darts)
+      pi=None if pi is None else (lambda step: tf.constant(pi, tf.float64)),
+      mingling_values=mingling_values, num_mingling_values=0 if pi is None else len(pi), max_darts=max_darts)
 
 
 @pytest.mark.parametrize("cache_bytes", [0, 2**24])
@@ -61,14 +61,14 @@ def test_equals_sequential_dart_throwing_with_mixed_radii(cache_bytes, batch_siz
     assert int(fallback) == batch_size - len(expected)
 
 
-def test_equals_sequential_dart_throwing_with_category_darts():
+def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value():
   points = _grid(25)
   rng = np.random.default_rng(3)
-  categories = rng.integers(0, 4, len(points))
+  mingling_values = rng.integers(0, 4, len(points))
   pi = [0.1, 0.2, 0.3, 0.4]
   radius = np.full(len(points), 1.5)
-  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300, categories, pi), 30)
-  log_pi = thrower._effective_log_pi(tf.constant(0, tf.int64))
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300, mingling_values, pi), 30)
+  log_pi = thrower._effective_log_pi(thrower.pi(tf.constant(0, tf.int64)))
   for step in range(5):
     indices, _ = thrower.draw(KEY, tf.constant(step, tf.int64))
     expected = _sequential(_thrown_darts(thrower, step, log_pi), points, radius, 30)

@@ -55,9 +55,9 @@ def test_elementary_symmetric_polynomials_against_brute_force():
   eigenvalues = np.array([0.5, 2.0, 1.5, 3.0, 0.1])
   table = _kdpp.log_elementary_symmetric(eigenvalues, 3)
   for n in range(6):
-    for l in range(4):
-      expected = sum(np.prod(c) for c in itertools.combinations(eigenvalues[:n], l))
-      assert np.exp(table[l, n]) == pytest.approx(expected) if expected else table[l, n] == -np.inf
+    for order in range(4):
+      expected = sum(np.prod(c) for c in itertools.combinations(eigenvalues[:n], order))
+      assert np.exp(table[order, n]) == pytest.approx(expected) if expected else table[order, n] == -np.inf
 
 
 def test_large_n_does_not_overflow():

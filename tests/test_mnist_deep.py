@@ -88,6 +88,8 @@ def test_sweep_summary_reports_mean_and_std_per_sampler():
       {"uniform": [curve([0.9, 0.2, 0.1]), curve([0.9, 0.4, 0.3])],
        "vanilla_pds": [curve([0.9, 0.1, 0.05]), curve([0.9, 0.1, 0.15])]}, [100])
   lines = table.splitlines()
-  assert lines[0] == "| sampler | seeds | error @ 100 | error @ 200 | best-of-curve error |"
-  assert lines[2] == "| uniform | 2 | 30.00 ± 10.00 | 20.00 ± 10.00 | 20.00 ± 10.00 |"
-  assert lines[3] == "| vanilla_pds | 2 | 10.00 ± 0.00 | 10.00 ± 5.00 | 7.50 ± 2.50 |"
+  assert lines[0] == ("| sampler | seeds | error @ 100 | error @ 200 | best-of-curve error | paired Δ curve-mean "
+                      "error vs uniform (seeds below) |")
+  assert lines[2] == "| uniform | 2 | 30.00 ± 10.00 | 20.00 ± 10.00 | 20.00 ± 10.00 | — |"
+  # Curve means: uniform 40.00 and 53.33, vanilla 35.00 and 38.33: differences -5.00 and -15.00.
+  assert lines[3] == "| vanilla_pds | 2 | 10.00 ± 0.00 | 10.00 ± 5.00 | 7.50 ± 2.50 | -10.00 ± 5.00 (2/2) |"

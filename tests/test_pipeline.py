@@ -87,25 +87,25 @@ def _overlapping_classes(size=20000, seed=0):
   return rng.normal(size=(size, 2)).astype(np.float32), rng.integers(0, 2, size).astype(np.int64)
 
 
-def _mingling_composition(batches, categories, num_batches):
+def _mingling_composition(batches, mingling_values, num_batches):
   counts = np.zeros(6)
   for _, _, index in batches.take(num_batches).as_numpy_iterator():
-    counts += np.bincount(categories[index], minlength=6)
+    counts += np.bincount(mingling_values[index], minlength=6)
   return counts
 
 
 def test_dense_pds_with_tiny_radius_reproduces_pi():
   features, labels = _overlapping_classes()
-  categories = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)
-  assert np.bincount(categories, minlength=6).min() > 300
+  mingling_values = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)
+  assert np.bincount(mingling_values, minlength=6).min() > 300
   pi = np.array([0.05, 0.1, 0.15, 0.2, 0.2, 0.3])
   sampler = tf_repulsive.DensePDS(pi, radius=1e-6)
   batches = tf.data.Dataset.from_tensor_slices((features, labels, np.arange(len(labels)))).apply(
       tf_repulsive.repulsive_batch(50, sampler, label_fn=lambda x, y, index: y, seed=4, start_step=0))
-  counts = _mingling_composition(batches, categories, 100)
+  counts = _mingling_composition(batches, mingling_values, 100)
   assert stats.chisquare(counts, counts.sum() * pi).pvalue > 1e-3
   # The same test rejects the data's own histogram: it has power.
-  histogram = np.bincount(categories, minlength=6) / len(categories)
+  histogram = np.bincount(mingling_values, minlength=6) / len(mingling_values)
   assert stats.chisquare(counts, counts.sum() * histogram).pvalue < 1e-6
 
 

@@ -351,7 +351,8 @@ def test_mean_curves_refuse_runs_of_different_configs():
   runs = {"uniform": {1: _fake_run(0.5, [0.1, 0.2, 0.3]), 2: _fake_run(0.6, [0.1, 0.2, 0.3, 0.4])}}
   with pytest.raises(ValueError, match=r"seeds \[2\] were evaluated at other steps"):
     summarize.mean_curves(runs)
-  steps, mean, _ = summarize.mean_curves({"uniform": {1: _fake_run(0.5, [0.1, 0.2]), 2: _fake_run(0.6, [0.3, 0.4])}})["uniform"]
+  runs = {"uniform": {1: _fake_run(0.5, [0.1, 0.2]), 2: _fake_run(0.6, [0.3, 0.4])}}
+  steps, mean, _ = summarize.mean_curves(runs)["uniform"]
   np.testing.assert_allclose(mean, [0.2, 0.3])
   np.testing.assert_array_equal(steps, [0, 10])
 
@@ -370,3 +371,16 @@ def test_auto_radius_fills_the_batches_of_mfccs(tiny_dataset, sampler):
   auto = common.make_sampler(sampler, radius="auto")
   batcher, batches = draw_steps(mfccs, labels, config.batch_size, auto)
   check_auto_radius(batcher, batches, auto)
+
+
+def test_runs_at_other_radii_count_as_their_own_sampler(tmp_path):
+  from speech_commands import summarize
+  runs = [("uniform_seed1", "uniform", None, 1), ("vanilla_pds_seed1", "vanilla_pds", None, 1),
+          ("r51_seed1", "vanilla_pds", 51.0, 1), ("r51_seed2", "vanilla_pds", 51.0, 2)]
+  for name, sampler, radius, seed in runs:
+    (tmp_path / name).mkdir()
+    result = {**_fake_run(0.5, [0.1, 0.2]), "config": {"sampler": sampler, "radius": radius, "seed": seed}}
+    (tmp_path / name / "results.json").write_text(json.dumps(result))
+  runs = summarize.load_runs(tmp_path)
+  assert {name: sorted(seeds) for name, seeds in runs.items()} == {
+      "uniform": [1], "vanilla_pds": [1], "vanilla_pds@51.0": [1, 2]}

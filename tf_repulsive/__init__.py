@@ -11,19 +11,20 @@ from tf_repulsive._active_bias import ActiveBiasCallback
 from tf_repulsive._active_bias import ActiveBiasState
 from tf_repulsive._callback import AnnealingCallback
 from tf_repulsive._callback import BatchStreamCallback
+from tf_repulsive._contract import BatchDrawer
+from tf_repulsive._contract import SamplingContext
 from tf_repulsive._epoch_shuffle import EpochShuffle
 from tf_repulsive._kdpp import FastKDPP
 from tf_repulsive._kdpp import KDPP
+from tf_repulsive._mingling import MinglingValues
 from tf_repulsive._mingling import mingling_index
 from tf_repulsive._pipeline import RepulsiveBatcher
 from tf_repulsive._pipeline import SamplingStats
 from tf_repulsive._pipeline import repulsive_batch
 from tf_repulsive._samplers import AnnealPDS
-from tf_repulsive._samplers import BatchDrawer
 from tf_repulsive._samplers import DensePDS
 from tf_repulsive._samplers import EasyPDS
 from tf_repulsive._samplers import Sampler
-from tf_repulsive._samplers import SamplingContext
 from tf_repulsive._samplers import Uniform
 from tf_repulsive._samplers import VanillaPDS
 from tf_repulsive._schedule import anneal_pi
@@ -54,6 +55,7 @@ __all__ = (
     "VanillaPDS",
     "anneal_pi",
     "diagnostics",
+    "MinglingValues",
     "mingling_index",
     "paper_schedule",
     "repulsive_batch",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import numbers
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -53,7 +52,7 @@ def prediction_variance_weights(count: np.ndarray, total: np.ndarray, total_sq: 
   return np.sqrt(variance + variance**2 / (count - 1)) + smoothness
 
 
-class _WeightedDrawer:
+class _WeightedDrawer(_samplers.BatchDrawer):
   """k distinct points, successively with probability ∝ weights (Gumbel top-k); O(N) per batch."""
 
 
@@ -142,7 +141,9 @@ class ActiveBiasCallback(_callback.BatchStreamCallback):
   @property
   def state(self) -> ActiveBiasState:
     """The checkpointable history and weights (available once the pipeline is built)."""
-    return self._batcher.drawer.state
+    drawer = self._batcher.drawer
+    assert isinstance(drawer, _WeightedDrawer)  # the constructor checked the sampler
+    return drawer.state
 
   def on_train_begin(self, logs=None):
     super().on_train_begin(logs)

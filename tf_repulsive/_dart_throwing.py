@@ -19,10 +19,10 @@ import tensorflow as tf
 
 from tf_repulsive import _arrays
 from tf_repulsive import _progress
+from tf_repulsive._contract import BatchDrawer
 
-# Probability over mingling values at global step n (a float64 tensor), or None for darts that
-# are uniform over all points.
-CategoryPi = Callable[[tf.Tensor], tf.Tensor]
+# Probability over mingling values at global step n (a float64 tensor).
+MinglingPi = Callable[[tf.Tensor], tf.Tensor]
 
 _FLOAT32_EPS = float(np.finfo(np.float32).eps)
 _CACHE_ROW_BLOCK = 1024
@@ -37,21 +37,21 @@ class DartPlan:
   Attributes:
     point_radius: `[N]` disk radius of every point, or None for no disk test (distinct points
       uniformly at random). Two points conflict when closer than the smaller of their radii.
-    category_pi: pi over mingling values as a function of the step (Dense / Anneal PDS), or None
-      for darts uniform over all points.
-    categories: `[N]` mingling value (0..K) of every point; required with `category_pi`.
-    num_categories: K + 1, the number of possible mingling values.
+    pi: pi over mingling values as a function of the step (Dense / Anneal PDS), or None for
+      darts uniform over all points.
+    mingling_values: `[N]` mingling value (0..K) of every point; required with `pi`.
+    num_mingling_values: K + 1, the number of possible mingling values.
     max_darts: bound on the darts thrown for one batch before the fallback fill.
   """
 
   point_radius: np.ndarray | None
-  category_pi: CategoryPi | None
-  categories: np.ndarray | None
-  num_categories: int
+  pi: MinglingPi | None
+  mingling_values: np.ndarray | None
+  num_mingling_values: int
   max_darts: int
 
 
-class DartThrower:
+class DartThrower(BatchDrawer):
   """Draws the indices of one mini-batch as a pure function of a stateless key and the step."""
 
   def __init__(self, features: np.ndarray, plan: DartPlan, batch_size: int,
@@ -71,7 +71,6 @@ class DartThrower:
     self._num_points = num_points
     self._batch_size = batch_size
     self._plan = plan
-    self.category_pi = plan.category_pi
     # Every disk radius is multiplied by this (see `with_radius_scale`).
     self.radius_scale = 1.0
     # Centering leaves distances unchanged and keeps Gram-based distances accurate in float32.
@@ -103,12 +102,14 @@ class DartThrower:
       self._point_radius = tf.constant(radius)
       if 4 * num_points * num_points <= distance_cache_bytes:
         self._sq_distances = self._pairwise_sq_distances(verbose)
-    if plan.category_pi is not None:
-      order = np.argsort(plan.categories, kind="stable")
-      counts = np.bincount(plan.categories, minlength=plan.num_categories)
-      self._points_by_category = tf.constant(order.astype(np.int32))
-      self._category_counts = tf.constant(counts.astype(np.float64))
-      self._category_offsets = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))
+    if plan.pi is not None:
+      if plan.mingling_values is None:
+        raise ValueError("a DartPlan with `pi` needs the `mingling_values` of the points.")
+      order = np.argsort(plan.mingling_values, kind="stable")
+      counts = np.bincount(plan.mingling_values, minlength=plan.num_mingling_values)
+      self._points_by_value = tf.constant(order.astype(np.int32))
+      self._value_counts = tf.constant(counts.astype(np.float64))
+      self._value_offsets = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))
     # The first block fills most of a batch when rejections are rare; smaller later blocks keep
     # the Gram work close to what the accepted set needs.
     self._first_block = min(math.ceil(1.25 * batch_size), plan.max_darts)
@@ -138,6 +139,9 @@ class DartThrower:
     if scaled.radius_scale == 0.0 and getattr(self, "_uniform_radius", None) is not None:
       scaled._uniform_radius = 0.0  # no disks: only identity conflicts
     return scaled
+
+  def pi(self, step: tf.Tensor) -> tf.Tensor | None:
+    return None if self._plan.pi is None else self._plan.pi(step)
 
   def count_fills(self, radius_scale: tf.Tensor, key: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
     """How many of the draws of steps 0 .. draws - 1 would need the fallback fill, stopping at one.
@@ -170,9 +174,8 @@ class DartThrower:
 
   def _draw(self, key: tf.Tensor, step: tf.Tensor, radius_scale: float | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     step_key = tf.random.experimental.stateless_fold_in(key, step)
-    log_pi = None
-    if self._plan.category_pi is not None:
-      log_pi = self._effective_log_pi(step)
+    pi = self.pi(step)
+    log_pi = None if pi is None else self._effective_log_pi(pi)
     accepted = tf.zeros([self._batch_size], tf.int32)
     count = tf.constant(0, tf.int32)
     darts = self._darts(step_key, 0, self._first_block, log_pi)
@@ -196,10 +199,10 @@ class DartThrower:
         lambda: accepted)
     return indices, self._batch_size - count
 
-  def _effective_log_pi(self, step: tf.Tensor) -> tf.Tensor:
+  def _effective_log_pi(self, pi: tf.Tensor) -> tf.Tensor:
     """log pi restricted to mingling values that occur in the data, renormalised."""
-    pi = tf.cast(self._plan.category_pi(step), tf.float64)
-    pi = tf.where(self._category_counts > 0, pi, tf.zeros_like(pi))
+    pi = tf.cast(pi, tf.float64)
+    pi = tf.where(self._value_counts > 0, pi, tf.zeros_like(pi))
     total = tf.reduce_sum(pi)
     check = tf.debugging.assert_positive(
         total, message="the mingling distribution pi puts no mass on a mingling value that occurs")
@@ -212,13 +215,13 @@ class DartThrower:
     if log_pi is None:
       return tf.random.stateless_uniform(
           [size], block_key, minval=0, maxval=self._num_points, dtype=tf.int32)
-    category_key = tf.random.experimental.stateless_fold_in(block_key, 0)
+    value_key = tf.random.experimental.stateless_fold_in(block_key, 0)
     member_key = tf.random.experimental.stateless_fold_in(block_key, 1)
-    category = tf.random.stateless_categorical(log_pi[None, :], size, category_key, dtype=tf.int32)[0]
-    counts = tf.gather(self._category_counts, category)
+    value = tf.random.stateless_categorical(log_pi[None, :], size, value_key, dtype=tf.int32)[0]
+    counts = tf.gather(self._value_counts, value)
     uniform = tf.random.stateless_uniform([size], member_key, dtype=tf.float64)
     member = tf.cast(tf.minimum(tf.floor(uniform * counts), counts - 1.0), tf.int32)
-    return tf.gather(self._points_by_category, tf.gather(self._category_offsets, category) + member)
+    return tf.gather(self._points_by_value, tf.gather(self._value_offsets, value) + member)
 
   def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: float | tf.Tensor) -> tf.Tensor:
     """`[rows, cols]` bool: same point, or closer than the smaller of the two disk radii."""

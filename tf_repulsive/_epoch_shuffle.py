@@ -66,7 +66,7 @@ def keyed_permutation(positions: tf.Tensor, round_keys: tf.Tensor, num_points: i
   return tf.while_loop(outside, walk, [feistel(positions)], maximum_iterations=domain - num_points + 1)[0]
 
 
-class _EpochOrderDrawer:
+class _EpochOrderDrawer(_samplers.BatchDrawer):
   """Step n is batch n mod S of epoch n div S (S = ceil(N / k)) of that epoch's order."""
 
 

@@ -79,7 +79,7 @@ def _sample_categorical(log_weights: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
   return tf.minimum(tf.cast(index, tf.int32), tf.size(weights, tf.int32) - 1)
 
 
-class _SpectralKDPPDrawer:
+class _SpectralKDPPDrawer(_samplers.BatchDrawer):
   """Exact k-DPP: choose k eigenvectors by elementary symmetric polynomials, then a projection DPP."""
 
 
@@ -107,15 +107,15 @@ class _SpectralKDPPDrawer:
     """
     positions = tf.range(1, self._num_points + 1)
 
-    def choose(l, upper, chosen):
-      log_weights = self._log_lambda + self._log_esp[l - 1, :-1]
+    def choose(order, upper, chosen):  # order: l, the eigenvectors still to choose
+      log_weights = self._log_lambda + self._log_esp[order - 1, :-1]
       log_weights = tf.where(positions <= upper, log_weights, -np.inf)
-      m = _sample_categorical(log_weights, tf.random.experimental.stateless_fold_in(key, tf.cast(l, tf.int64))) + 1
-      chosen = tf.tensor_scatter_nd_update(chosen, [[self._k - l]], [m - 1])
-      return l - 1, m - 1, chosen
+      m = _sample_categorical(log_weights, tf.random.experimental.stateless_fold_in(key, tf.cast(order, tf.int64))) + 1
+      chosen = tf.tensor_scatter_nd_update(chosen, [[self._k - order]], [m - 1])
+      return order - 1, m - 1, chosen
 
     _, _, chosen = tf.while_loop(
-        lambda l, upper, chosen: l > 0, choose,
+        lambda order, upper, chosen: order > 0, choose,
         (tf.constant(self._k), tf.constant(self._num_points), tf.zeros([self._k], tf.int32)),
         maximum_iterations=self._k)
     return chosen
@@ -149,7 +149,7 @@ class _SpectralKDPPDrawer:
     return indices
 
 
-class _ExchangeChainDrawer:
+class _ExchangeChainDrawer(_samplers.BatchDrawer):
   """Approximate k-DPP: a Metropolis exchange chain of `swaps` proposals from a uniform k-set."""
 
 

@@ -45,12 +45,14 @@ class MinglingValues:
 
   Attributes:
     values: `[N]` int64, per point how many of its K nearest neighbours (itself excluded) carry
-      another label: K times the mingling index.
+      another label: K times the mingling index, in {0, ..., K}.
+    neighbors: K.
     agreement: the share of points whose value equals an exhaustive search's: 1.0 when the search
       was exhaustive, else measured on a fixed subsample of `_CHECK_POINTS` points.
   """
 
   values: np.ndarray
+  neighbors: int
   agreement: float
 
 
@@ -131,7 +133,7 @@ class _Search:
     return np.take_along_axis(best_ids, np.argsort(best_distances, axis=1), axis=1)
 
 
-def _disagreements(ids: np.ndarray, nearest: np.ndarray, labels: np.ndarray, neighbors: int) -> np.ndarray:
+def _count_other_labels(ids: np.ndarray, nearest: np.ndarray, labels: np.ndarray, neighbors: int) -> np.ndarray:
   """Counts other labels among `nearest` ([len(ids), K + 1] ids) once each query itself is left out."""
   # With duplicated points the query need not be among its own K + 1 nearest: drop it wherever it
   # is, else an arbitrary one of the K + 1 (the farthest when there are no ties).
@@ -237,9 +239,9 @@ def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5
     with _progress.bar(description, num_points, verbose) as progress:
       for start in range(0, num_points, _QUERY_CHUNK):
         rows = everyone[start:start + _QUERY_CHUNK]
-        values[rows] = _disagreements(rows, search.nearest(rows, everyone, neighbors + 1), labels, neighbors)
+        values[rows] = _count_other_labels(rows, search.nearest(rows, everyone, neighbors + 1), labels, neighbors)
         progress.update(len(rows))
-    return MinglingValues(values, 1.0)
+    return MinglingValues(values, neighbors, 1.0)
 
   rng = np.random.default_rng(_SEARCH_SEED)
   with _progress.elapsed(f"{description}: clustering and checking the search", verbose):
@@ -249,7 +251,7 @@ def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5
     # points, it finds those in the clusters it searches, so its K + 1 nearest are the first K + 1
     # of them if at least that many are among the _CHECK_DEPTH nearest (else: a disagreement).
     exact_nearest = search.nearest(check, everyone, min(num_points, _CHECK_DEPTH))
-    exact = _disagreements(check, exact_nearest[:, :neighbors + 1], labels, neighbors)
+    exact = _count_other_labels(check, exact_nearest[:, :neighbors + 1], labels, neighbors)
     cluster_rank = np.empty((len(check), len(clusters)), np.int32)
     np.put_along_axis(cluster_rank, clusters.nearest(check, len(clusters)), np.arange(len(clusters))[None, :], axis=1)
     own_cluster = clusters.nearest(exact_nearest.ravel(), 1).reshape(exact_nearest.shape)
@@ -258,7 +260,7 @@ def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5
     def agreement(probes: int) -> float:
       searched = ranks < probes
       first = np.argsort(~searched, axis=1, kind="stable")[:, :neighbors + 1]
-      found = _disagreements(check, np.take_along_axis(exact_nearest, first, axis=1), labels, neighbors)
+      found = _count_other_labels(check, np.take_along_axis(exact_nearest, first, axis=1), labels, neighbors)
       return float(np.mean((found == exact) & (searched.sum(axis=1) > neighbors)))
 
     # The fewest clusters to search: doubling, then bisection (agreement grows with `probes`;
@@ -271,8 +273,8 @@ def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5
       failing, probes = (failing, middle) if agreement(middle) >= _REQUIRED_AGREEMENT else (middle, probes)
 
   with _progress.bar(description, num_points, verbose) as progress:
-    values = _disagreements(everyone, clusters.nearest_neighbors(probes, progress), labels, neighbors)
-  return MinglingValues(values, float(np.mean(values[check] == exact)))
+    values = _count_other_labels(everyone, clusters.nearest_neighbors(probes, progress), labels, neighbors)
+  return MinglingValues(values, neighbors, float(np.mean(values[check] == exact)))
 
 
 def mingling_index(features: np.ndarray, labels: np.ndarray, neighbors: int = 5) -> np.ndarray:

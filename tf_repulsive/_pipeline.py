@@ -18,9 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_repulsive import _arrays
-from tf_repulsive import _mingling
 from tf_repulsive import _progress
-from tf_repulsive import _radius
 from tf_repulsive import _samplers
 
 _READ_CHUNK = 4096
@@ -76,26 +74,23 @@ class _Materialized:
 class _Built:
   """What applying a batcher to a dataset produced: the data, the drawer and its counters."""
 
-  def __init__(self, drawer: _samplers.BatchDrawer, data: _Materialized, categories: np.ndarray | None,
-               num_categories: int, radius: float | None, mingling_agreement: float | None):
+  def __init__(self, drawer: _samplers.BatchDrawer, data: _Materialized):
     self.drawer = drawer
     self.elements = data.elements
     # Created once, outside the dataset functions, so that the functions capture them as inputs.
     self.element_tensors = tf.nest.map_structure(_arrays.to_tensor, data.elements)
     self.labels = data.labels
     self.num_points = data.features.shape[0]
-    self.categories = categories
-    self.num_categories = num_categories
-    self.radius = radius
-    self.mingling_agreement = mingling_agreement
     # Batches drawn, batches that needed the fallback fill, points the fill supplied.
     self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False)
-    if categories is not None:
-      self.category_tensor = tf.constant(categories.astype(np.int32))
+    self.mingling = drawer.mingling
+    if self.mingling is not None:
+      self.num_mingling_values = self.mingling.neighbors + 1
+      self.mingling_tensor = tf.constant(self.mingling.values.astype(np.int32))
       # Ring of the last _MIX_HISTORY steps drawn: per row the step, then its mingling-value counts.
       self.mix_record = tf.Variable(
           tf.concat([tf.fill([_MIX_HISTORY, 1], tf.constant(_UNSET, tf.int64)),
-                     tf.zeros([_MIX_HISTORY, num_categories], tf.int64)], axis=1), trainable=False)
+                     tf.zeros([_MIX_HISTORY, self.num_mingling_values], tf.int64)], axis=1), trainable=False)
 
 
 class RepulsiveBatcher:
@@ -238,11 +233,10 @@ class RepulsiveBatcher:
 
   def pi(self, step: int) -> np.ndarray | None:
     """pi over mingling values at `step` for Dense / Anneal PDS, else None."""
-    # Optional in the drawer contract: only samplers that weight darts by mingling value have it.
-    category_pi = getattr(self._require_built().drawer, "category_pi", None)
-    if category_pi is None:
+    pi = self._require_built().drawer.pi(tf.constant(step, tf.int64))
+    if pi is None:
       return None
-    pi = np.asarray(category_pi(tf.constant(step, tf.int64)), dtype=np.float64)
+    pi = np.asarray(pi, dtype=np.float64)
     return pi / pi.sum()
 
   def composition(self, step: int) -> np.ndarray | None:
@@ -257,14 +251,14 @@ class RepulsiveBatcher:
     draw here (or drew more than 4096 steps ago) are recomputed.
     """
     built = self._require_built()
-    if built.categories is None:
+    if built.mingling is None:
       return None
     steps = np.asarray(list(steps), dtype=np.int64)
     record = built.mix_record.numpy()[steps % _MIX_HISTORY]
     counts = record[:, 1:].astype(np.float64)
     for position in np.flatnonzero(record[:, 0] != steps):
-      counts[position] = np.bincount(built.categories[self.batch_indices(int(steps[position]))],
-                                     minlength=built.num_categories)
+      counts[position] = np.bincount(built.mingling.values[self.batch_indices(int(steps[position]))],
+                                     minlength=built.num_mingling_values)
     return counts / counts.sum(axis=1, keepdims=True)
 
   def stats(self) -> SamplingStats:
@@ -272,8 +266,8 @@ class RepulsiveBatcher:
     built = self._require_built()
     batches, fallback_batches, fallback_points = built.counters.numpy().tolist()
     return SamplingStats(batches=batches, fallback_batches=fallback_batches,
-                         fallback_points=fallback_points, radius=built.radius,
-                         mingling_agreement=built.mingling_agreement)
+                         fallback_points=fallback_points, radius=built.drawer.radius,
+                         mingling_agreement=None if built.mingling is None else built.mingling.agreement)
 
   def start_at(self, step: int) -> None:
     """Makes the next stream of this batcher (a new iterator) start at `step`.
@@ -323,31 +317,18 @@ class RepulsiveBatcher:
       raise ValueError(
           f"`batch_size` = {self.batch_size} exceeds the dataset size N = {num_points}; a batch "
           "holds distinct elements.")
-    categories = mingling_agreement = None
-    if sampler.uses_mingling:
-      if not sampler.neighbors < num_points:
-        raise ValueError(
-            f"`neighbors` = {sampler.neighbors} must be < N = {num_points}; use fewer neighbours.")
-      mingling = _mingling.mingling_values(data.features, data.labels, sampler.neighbors, verbose=self._verbose)
-      categories, mingling_agreement = mingling.values, mingling.agreement
-    radius = None
-    if sampler.has_disk:
-      radius = sampler.radius
-      if radius is None or radius == _radius.AUTO:
-        radius = _radius.half_median_distance(data.features) if num_points > 1 else 0.0
     drawer = sampler.build(_samplers.SamplingContext(
-        features=data.features, labels=data.labels, categories=categories,
-        batch_size=self.batch_size, radius=radius, distance_cache_bytes=self._distance_cache_bytes,
-        verbose=self._verbose))
-    if sampler.has_disk:
-      radius *= drawer.radius_scale
-    self._built = _Built(drawer, data, categories,
-                         num_categories=sampler.neighbors + 1 if sampler.uses_mingling else 0,
-                         radius=radius, mingling_agreement=mingling_agreement)
+        features=data.features, labels=data.labels, batch_size=self.batch_size,
+        distance_cache_bytes=self._distance_cache_bytes, verbose=self._verbose))
+    if not isinstance(drawer, _samplers.BatchDrawer):
+      raise TypeError(
+          f"{type(sampler).__name__}.build must return a tf_repulsive.BatchDrawer (subclass it); got "
+          f"{type(drawer).__name__}.")
+    self._built = _Built(drawer, data)
     # A partial, not a lambda: TensorFlow counts traces per code object, and would call one trace
     # per batcher "retracing" after a few batchers.
     self._draw_once = tf.function(functools.partial(drawer.draw, self._key))
-    if sampler.has_disk:
+    if drawer.radius is not None:
       self._warn_if_first_batch_needs_the_fill()
     return self._built
 
@@ -356,9 +337,9 @@ class RepulsiveBatcher:
     fallback = tf.cast(fallback, tf.int64)
     recorded = [built.counters.assign_add(
         tf.stack([tf.constant(1, tf.int64), tf.minimum(fallback, 1), fallback]))]
-    if built.categories is not None:
-      mix = tf.math.bincount(tf.gather(built.category_tensor, indices), minlength=built.num_categories,
-                             maxlength=built.num_categories, dtype=tf.int64)
+    if built.mingling is not None:
+      mix = tf.math.bincount(tf.gather(built.mingling_tensor, indices), minlength=built.num_mingling_values,
+                             maxlength=built.num_mingling_values, dtype=tf.int64)
       row = tf.concat([tf.reshape(step, [1]), mix], axis=0)
       recorded.append(built.mix_record.scatter_nd_update(tf.reshape(step % _MIX_HISTORY, [1, 1]), row[None, :]))
     with tf.control_dependencies(recorded):
@@ -409,14 +390,14 @@ class RepulsiveBatcher:
   def _warn_if_first_batch_needs_the_fill(self) -> None:
     # A filled batch is still k distinct points, but partly uniform: say so once, at build time,
     # rather than let the repulsion weaken unnoticed.
-    built = self._built
+    built = self._require_built()
     fallback = self.fallback_points(0)
     if fallback:
       cause = ("The radius is too large for this batch size on this data" if self.pi(0) is None
                else "The radius is too large for this batch size on the points that pi favours at step 0")
       warnings.warn(
           f"the darts filled only {self.batch_size - fallback} of {self.batch_size} points of the "
-          f"first batch with disks of radius {built.radius:.4g}; a uniform fill supplied the other "
+          f"first batch with disks of radius {built.drawer.radius:.4g}; a uniform fill supplied the other "
           f"{fallback}. {cause}: pass radius=\"auto\" or a smaller `radius` to the sampler (or raise "
           "`max_darts` if the disks do fit).", RuntimeWarning, stacklevel=5)
 
@@ -574,7 +555,7 @@ def _stack_chunks(chunks, total: int | None, max_elements: int, progress) -> lis
         array[rows:rows + count] = leaf
     rows += count
     progress.update(count)
-  if total is not None:
+  if arrays is not None:
     return arrays
   if not pending:
     return []

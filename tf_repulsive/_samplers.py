@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from tf_repulsive import _dart_throwing
+from tf_repulsive import _mingling
 from tf_repulsive import _radius
 from tf_repulsive import _schedule
+from tf_repulsive._contract import BatchDrawer
+from tf_repulsive._contract import SamplingContext
 
 
 def _check_radius(radius: float | str | None) -> None:
@@ -38,51 +41,6 @@ def _dart_budget(max_darts: int | None, batch_size: int) -> int:
   return max(16 * batch_size, 256) if max_darts is None else max_darts
 
 
-@dataclasses.dataclass(frozen=True)
-class SamplingContext:
-  """What a sampler is built against: the dataset's one-time preprocessing.
-
-  Attributes:
-    features: `[N, d]` float32 feature vectors.
-    labels: `[N]` int64 class labels for samplers that need them, else None.
-    categories: `[N]` mingling values 0..K for samplers that need labels, else None.
-    batch_size: k.
-    radius: the disk radius (configured or estimated) for samplers with disks, else None.
-    distance_cache_bytes: memory the sampler may spend on an N x N distance matrix.
-    verbose: whether one-time work longer than about 2 s shows a progress bar.
-  """
-
-  features: np.ndarray
-  labels: np.ndarray | None
-  categories: np.ndarray | None
-  batch_size: int
-  radius: float | None
-  distance_cache_bytes: int
-  verbose: bool = False
-
-
-class BatchDrawer(Protocol):
-  """Draws the indices of the batch of a global step: graph ops, pure in (key, step).
-
-  `draw` is traced into the tf.data pipeline (and into `batcher.batch_indices`), so it must be
-  TensorFlow ops only, its randomness stateless and derived from `key` and `step` alone: that is
-  what makes batches reproducible, checkpoints exact and pipelines shippable. A drawer may also
-  have `category_pi(step)`, pi over mingling values, which `batcher.pi` and the callbacks log.
-  """
-
-  def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """The batch of `step`.
-
-    Args:
-      key: `[2]` int64 stateless seed of the pipeline.
-      step: int64 scalar, the global step n.
-
-    Returns:
-      `[k]` int32 distinct indices into the dataset, and the int32 count of them that a fallback
-      fill supplied (0 for samplers without one).
-    """
-
-
 class Sampler:
   """Base of all samplers: frozen configurations, reusable by any number of `repulsive_batch` batchers.
 
@@ -99,7 +57,7 @@ class Sampler:
   >>> class RotatedBlocks(tf_repulsive.Sampler):
   ...   def build(self, context):
   ...     num_points, k = context.features.shape[0], context.batch_size
-  ...     class Drawer:
+  ...     class Drawer(tf_repulsive.BatchDrawer):
   ...       def draw(self, key, step):
   ...         epoch = step // -(-num_points // k)
   ...         shift = tf.random.stateless_uniform(
@@ -114,47 +72,35 @@ class Sampler:
   (True, True)
   """
 
-  # Whether the sampler needs class labels; mingling samplers also have `neighbors` (K).
+  # Whether `build` needs the class labels in its context.
   needs_labels: bool = False
-  uses_mingling: bool = False
-  # Whether the sampler tests disks (and so needs a radius, estimated when None).
-  has_disk: bool = False
 
   def build(self, context: SamplingContext) -> BatchDrawer:
     """Prepares this sampler's per-batch draw for a dataset (one-time preprocessing).
 
     Args:
-      context: the dataset's features, mingling values, batch size and radius.
+      context: the dataset's features (labels when `needs_labels`) and the batch size.
 
     Returns:
       The drawer the pipeline calls for every batch.
     """
-    plan = self.plan(batch_size=context.batch_size, radius=context.radius,
-                     categories=context.categories, num_points=context.features.shape[0])
-    thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size,
-                                         context.distance_cache_bytes, verbose=context.verbose)
-    if self.has_disk and self.radius == _radius.AUTO:
-      thrower = thrower.with_radius_scale(_radius.calibrated_scale(thrower.count_fills, context.verbose))
-    return thrower
+    raise NotImplementedError
 
-  def plan(self, *, batch_size: int, radius: float | None, categories: np.ndarray | None,
-           num_points: int) -> _dart_throwing.DartPlan:
-    """Resolves this configuration against a dataset.
 
-    Args:
-      batch_size: k.
-      radius: the disk radius to use (the configured one or the estimate); None without a disk.
-      categories: `[N]` mingling values 0..K when `needs_labels`, else None.
-      num_points: N.
+class _DartSampler(Sampler):
+  """Samplers that the dart thrower executes: each resolves to a `DartPlan`."""
 
-    Returns:
-      The plan the dart thrower executes (dart-throwing samplers; others override `build`).
-    """
+  def build(self, context: SamplingContext) -> BatchDrawer:
+    plan = self.plan(batch_size=context.batch_size, num_points=context.features.shape[0])
+    return _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
+                                      verbose=context.verbose)
+
+  def plan(self, *, batch_size: int, num_points: int) -> _dart_throwing.DartPlan:
     raise NotImplementedError
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Uniform(Sampler):
+class Uniform(_DartSampler):
   """Plain SGD: `batch_size` distinct points uniformly at random (no repulsion).
 
   Dart throwing without disks: uniform darts, duplicates rejected, which is sampling without
@@ -162,14 +108,51 @@ class Uniform(Sampler):
   completes the batch uniformly, so the batch stays a uniform random k-subset.
   """
 
-  def plan(self, *, batch_size, radius, categories, num_points):
-    del radius, categories, num_points
-    return _dart_throwing.DartPlan(point_radius=None, category_pi=None, categories=None,
-                                   num_categories=0, max_darts=_dart_budget(None, batch_size))
+  def plan(self, *, batch_size, num_points):
+    del num_points
+    return _dart_throwing.DartPlan(point_radius=None, pi=None, mingling_values=None, num_mingling_values=0,
+                                   max_darts=_dart_budget(None, batch_size))
+
+
+class _DiskSampler(Sampler):
+  """Poisson disk samplers: the radius is configured, estimated (None) or calibrated ("auto").
+
+  Subclasses have `radius` and `max_darts` and resolve to a `DartPlan` given the radius and, for
+  the mingling samplers, the mingling values.
+  """
+
+  radius: float | str | None
+  max_darts: int | None
+
+  def build(self, context: SamplingContext) -> BatchDrawer:
+    num_points = context.features.shape[0]
+    mingling = self._mingling(context)
+    if self.radius is None or self.radius == _radius.AUTO:
+      radius = _radius.half_median_distance(context.features) if num_points > 1 else 0.0
+    else:
+      radius = float(self.radius)
+    plan = self.plan(batch_size=context.batch_size, radius=radius,
+                     mingling_values=None if mingling is None else mingling.values, num_points=num_points)
+    thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
+                                         verbose=context.verbose)
+    if self.radius == _radius.AUTO:
+      thrower = thrower.with_radius_scale(_radius.calibrated_scale(thrower.count_fills, context.verbose))
+    thrower.radius = radius * thrower.radius_scale
+    thrower.mingling = mingling
+    return thrower
+
+  def _mingling(self, context: SamplingContext) -> _mingling.MinglingValues | None:
+    del context
+    return None
+
+  def plan(self, *, batch_size: int, radius: float, mingling_values: np.ndarray | None,
+           num_points: int) -> _dart_throwing.DartPlan:
+    """The dart thrower's plan for this configuration on a dataset of `num_points` at `radius`."""
+    raise NotImplementedError
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class VanillaPDS(Sampler):
+class VanillaPDS(_DiskSampler):
   """Poisson disk sampling by dart throwing with one fixed disk radius (the paper's Vanilla PDS).
 
   No two points of a batch are closer than `radius` (up to the documented fallback fill).
@@ -183,30 +166,35 @@ class VanillaPDS(Sampler):
 
   radius: float | str | None = None
   max_darts: int | None = None
-  has_disk = True
 
   def __post_init__(self):
     _check_radius(self.radius)
     _check_count(self.max_darts, "max_darts")
 
-  def plan(self, *, batch_size, radius, categories, num_points):
-    del categories
+  def plan(self, *, batch_size, radius, mingling_values, num_points):
+    del mingling_values
     return _dart_throwing.DartPlan(
-        point_radius=np.full([num_points], radius), category_pi=None, categories=None,
-        num_categories=0, max_darts=_dart_budget(self.max_darts, batch_size))
+        point_radius=np.full([num_points], radius), pi=None, mingling_values=None,
+        num_mingling_values=0, max_darts=_dart_budget(self.max_darts, batch_size))
 
 
-class _MinglingPDS(Sampler):
+class _MinglingPDS(_DiskSampler):
   """What Easy, Dense and Anneal PDS share: labels, mingling values (K = `neighbors`), a disk."""
 
   needs_labels = True
-  uses_mingling = True
-  has_disk = True
+  neighbors: int
 
   def _check_disk_and_mingling(self) -> None:
     _check_radius(self.radius)
     _check_count(self.neighbors, "neighbors")
     _check_count(self.max_darts, "max_darts")
+
+  def _mingling(self, context: SamplingContext) -> _mingling.MinglingValues:
+    num_points = context.features.shape[0]
+    if not self.neighbors < num_points:
+      raise ValueError(f"`neighbors` = {self.neighbors} must be < N = {num_points}; use fewer neighbours.")
+    assert context.labels is not None  # needs_labels
+    return _mingling.mingling_values(context.features, context.labels, self.neighbors, verbose=context.verbose)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -229,11 +217,11 @@ class EasyPDS(_MinglingPDS):
   def __post_init__(self):
     self._check_disk_and_mingling()
 
-  def plan(self, *, batch_size, radius, categories, num_points):
+  def plan(self, *, batch_size, radius, mingling_values, num_points):
     del num_points
     return _dart_throwing.DartPlan(
-        point_radius=np.where(categories == 0, radius, 0.0), category_pi=None, categories=None,
-        num_categories=0, max_darts=_dart_budget(self.max_darts, batch_size))
+        point_radius=np.where(mingling_values == 0, radius, 0.0), pi=None, mingling_values=None,
+        num_mingling_values=0, max_darts=_dart_budget(self.max_darts, batch_size))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -265,16 +253,16 @@ class DensePDS(_MinglingPDS):
           f"..., 1); got {pi.size}.")
     object.__setattr__(self, "pi", tuple(float(p) for p in pi))
 
-  def plan(self, *, batch_size, radius, categories, num_points):
-    present = np.bincount(categories, minlength=self.neighbors + 1) > 0
+  def plan(self, *, batch_size, radius, mingling_values, num_points):
+    present = np.bincount(mingling_values, minlength=self.neighbors + 1) > 0
     if not np.any(np.asarray(self.pi) * present > 0):
       raise ValueError(
           f"`pi` = {self.pi} puts no mass on a mingling value that occurs in the data "
           f"(values present: {np.flatnonzero(present).tolist()}); give those values weight.")
     pi = tf.constant(self.pi, tf.float64)
     return _dart_throwing.DartPlan(
-        point_radius=np.full([num_points], radius), category_pi=lambda step: pi,
-        categories=categories, num_categories=self.neighbors + 1,
+        point_radius=np.full([num_points], radius), pi=lambda step: pi,
+        mingling_values=mingling_values, num_mingling_values=self.neighbors + 1,
         max_darts=_dart_budget(self.max_darts, batch_size))
 
 
@@ -304,8 +292,8 @@ class AnnealPDS(_MinglingPDS):
     if self.schedule is not None and not callable(self.schedule):
       raise TypeError(f"`schedule` must be a callable (h, n) -> pi or None; got {self.schedule!r}.")
 
-  def plan(self, *, batch_size, radius, categories, num_points):
-    counts = np.bincount(categories, minlength=self.neighbors + 1)
+  def plan(self, *, batch_size, radius, mingling_values, num_points):
+    counts = np.bincount(mingling_values, minlength=self.neighbors + 1)
     histogram = tf.constant(counts / counts.sum(), tf.float64)
     schedule = self.schedule or _schedule.paper_schedule
     first = np.asarray(schedule(histogram, tf.constant(0, tf.int64)))
@@ -319,6 +307,6 @@ class AnnealPDS(_MinglingPDS):
           "mass on a mingling value that occurs in the data.")
     return _dart_throwing.DartPlan(
         point_radius=np.full([num_points], radius),
-        category_pi=lambda step: schedule(histogram, step),
-        categories=categories, num_categories=self.neighbors + 1,
+        pi=lambda step: schedule(histogram, step),
+        mingling_values=mingling_values, num_mingling_values=self.neighbors + 1,
         max_darts=_dart_budget(self.max_darts, batch_size))

@@ -757,7 +757,7 @@ class RadiusSweepResult:
     for report in self.reports:
       variance = report.variance
       ratio = variance.total / self.uniform_exact.total if self.uniform_exact.total > 0 else float("nan")
-      if report.class_mix is None:
+      if report.class_mix is None or self.data_class_mix is None:
         mix = f"{'-':>12} {'-':>28}"
       else:
         share = report.class_mix / np.where(self.data_class_mix > 0, self.data_class_mix, np.nan)
@@ -829,7 +829,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
       instance = make(radius=radius)
     except TypeError as error:
       raise wrong from error
-    if not isinstance(instance, _samplers.Sampler) or not instance.has_disk:
+    if not isinstance(instance, _samplers._DiskSampler):
       raise wrong
     batcher = _pipeline.repulsive_batch(batch_size, instance, seed=seed, start_step=start_step, verbose=False)
     # Radii that do not fit are part of the sweep: the fill rate column reports them.
@@ -855,7 +855,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
     steps = range(start_step, start_step + num_batches)
     fill_rate = float(np.mean([batcher.fallback_points(step) > 0 for step in steps]))
     mix = distance = None
-    if classes:
+    if data_mix is not None:
       mix = np.bincount(labels[draws[label].ravel()], minlength=data_mix.size) / draws[label].size
       distance = 0.5 * float(np.abs(mix - data_mix).sum())
     reports.append(RadiusReport(label=label, radius=batcher.stats().radius, fill_rate=fill_rate,

@@ -1,6 +1,6 @@
 r"""Summarises speech experiment runs: accuracy per sampler over seeds, and the mean curves.
 
-Reads `<runs_dir>/<sampler>_seed<seed>/results.json` (written by train.py) and writes
+Reads `<runs_dir>/*_seed<seed>/results.json` (written by train.py) and writes
 `<runs_dir>/summary.md` (the table), `summary_curves.csv` and `summary.png` (mean validation
 accuracy per evaluation step, shaded +- one standard deviation over seeds, as the paper's figure).
 
@@ -54,11 +54,16 @@ def _mean_std(values: Sequence[float]) -> str:
 
 
 def load_runs(runs_dir: pathlib.Path) -> dict[str, dict[int, dict]]:
-  """results.json of every `<sampler>_seed<seed>` directory, by sampler and seed."""
+  """results.json of every `*_seed<seed>` directory, by sampler and seed.
+
+  Runs with a --radius other than the default count as their own sampler, `<sampler>@<radius>`.
+  """
   runs: dict[str, dict[int, dict]] = collections.defaultdict(dict)
   for path in sorted(runs_dir.glob("*_seed*/results.json")):
     result = json.loads(path.read_text())
-    runs[result["config"]["sampler"]][result["config"]["seed"]] = result
+    config = result["config"]
+    name = config["sampler"] if config.get("radius") is None else f"{config['sampler']}@{config['radius']}"
+    runs[name][config["seed"]] = result
   return runs
 
 
@@ -80,12 +85,14 @@ def summary_table(runs: dict[str, dict[int, dict]]) -> str:
                      for seed in paired}
     minutes = [by_seed[seed]["seconds"] / 60 for seed in seeds]
     steps = sorted({by_seed[seed]["steps"] for seed in seeds})
+    test_delta = (_mean_std([by_seed[s]["test_accuracy"] - uniform[s]["test_accuracy"] for s in paired])
+                  if paired else "—")
     lines.append(
         f"| {sampler} | {len(seeds)} ({','.join(map(str, seeds))}) | {'/'.join(map(str, steps))} "
         f"| {_mean_std([by_seed[seed]['validation_accuracy'] for seed in seeds])} "
         f"| {_mean_std([by_seed[seed]['test_accuracy'] for seed in seeds])} "
         f"| {_mean_std(list(curve_means.values()))} "
-        f"| {_mean_std([by_seed[s]['test_accuracy'] - uniform[s]['test_accuracy'] for s in paired]) if paired else '—'} "
+        f"| {test_delta} "
         f"| {_mean_std([curve_means[s] - uniform_curve[s] for s in paired]) if paired else '—'} "
         f"| {np.mean(minutes):.1f} ({min(minutes):.1f}–{max(minutes):.1f}) |")
   return "\n".join(lines)

@@ -1,0 +1,70 @@
+"""The sampler contract: what a sampler is built against and what it builds.
+
+`Sampler` (in `_samplers`) builds a `BatchDrawer` from a `SamplingContext`, once per dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from tf_repulsive import _mingling
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingContext:
+  """What a sampler is built against: the dataset, read once.
+
+  Attributes:
+    features: `[N, d]` float32 feature vectors (distances are measured here).
+    labels: `[N]` int64 class labels for samplers with `needs_labels`, else None.
+    batch_size: k.
+    distance_cache_bytes: memory the sampler may spend on an N x N distance matrix.
+    verbose: whether one-time work longer than about 2 s shows a progress bar.
+  """
+
+  features: np.ndarray
+  labels: np.ndarray | None
+  batch_size: int
+  distance_cache_bytes: int
+  verbose: bool = False
+
+
+class BatchDrawer:
+  """Base of what a sampler builds: draws the indices of the batch of a global step.
+
+  `draw` is traced into the tf.data pipeline (and into `batcher.batch_indices`), so it must be
+  TensorFlow ops only, its randomness stateless and derived from `key` and `step` alone: that is
+  what makes batches reproducible, checkpoints exact and pipelines shippable.
+
+  A drawer may report what its sampler prepared, for `batcher.stats()`, `batcher.pi` and the
+  callbacks' logs:
+
+  Attributes:
+    radius: the disk radius in use, for drawers with disks; else None.
+    mingling: the dataset's mingling values, for drawers that have them (the logs then count
+      each batch's mix of them); else None.
+  """
+
+  radius: float | None = None
+  mingling: _mingling.MinglingValues | None = None
+
+  def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The batch of `step`.
+
+    Args:
+      key: `[2]` int64 stateless seed of the pipeline.
+      step: int64 scalar, the global step n.
+
+    Returns:
+      `[k]` int32 distinct indices into the dataset, and the int32 count of them that a fallback
+      fill supplied (0 for samplers without one).
+    """
+    raise NotImplementedError
+
+  def pi(self, step: tf.Tensor) -> tf.Tensor | None:
+    """The distribution over mingling values that darts follow at `step`, or None (the default)."""
+    del step
+    return None

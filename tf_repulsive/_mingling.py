@@ -85,6 +85,13 @@ def _keep_nearest(best_distances: np.ndarray, best_ids: np.ndarray, rows, distan
                   ids: np.ndarray) -> None:
   """Merges `distances` ([len(rows), len(ids)]) to the points `ids` into the rows' nearest so far."""
   wanted = best_ids.shape[1]
+  rows = np.arange(len(best_ids))[rows] if isinstance(rows, slice) else rows
+  # Only rows with a candidate nearer than their current farthest kept one can change: once a row
+  # has met its own neighbourhood, most blocks it searches skip the selection below.
+  changes = np.flatnonzero((distances < best_distances[rows].max(axis=1)[:, None]).any(axis=1))
+  if not len(changes):
+    return
+  rows, distances = rows[changes], distances[changes]
   if len(ids) > wanted:
     nearest = np.argpartition(distances, wanted - 1, axis=1)[:, :wanted]
     distances, ids = np.take_along_axis(distances, nearest, axis=1), ids[nearest]
@@ -188,27 +195,34 @@ class _Clusters:
     """`[N, K + 1]` ids: for every point the K + 1 nearest in its `probes` nearest clusters."""
     search = self._search
     num_points = search.features.shape[0]
-    searched = self.nearest(np.arange(num_points), probes).ravel()  # point i's clusters at [i * probes:]
-    by_cluster = np.argsort(searched, kind="stable")
-    starts = np.concatenate([[0], np.cumsum(np.bincount(searched, minlength=len(self)))])
-    owners = (by_cluster // probes).astype(np.int32)  # the point that searches each (point, cluster) pair
-    own_cluster = searched[::probes]
+    searched = self.nearest(np.arange(num_points), probes)  # [N, probes], a point's own cluster first
+    members, member_starts = _grouped(searched[:, 0], len(self))
+    # The others searched, as (point, cluster) pairs grouped by cluster.
+    visitors, visitor_starts = _grouped(searched[:, 1:].ravel(), len(self))
+    visitors = (visitors // max(probes - 1, 1)).astype(np.int32)
     del searched
-    members_order = np.argsort(own_cluster, kind="stable")
-    member_starts = np.concatenate([[0], np.cumsum(np.bincount(own_cluster, minlength=len(self)))])
     best_distances = np.full((num_points, search.neighbors + 1), np.inf, np.float32)
     best_ids = np.zeros((num_points, search.neighbors + 1), np.int64)
-    for cluster in range(len(self)):
-      ids = members_order[member_starts[cluster]:member_starts[cluster + 1]]
-      queries = owners[starts[cluster]:starts[cluster + 1]]
-      if len(ids) and len(queries):
-        rows = search.centred(ids)
-        step = max(1, _BLOCK_ENTRIES // len(ids))
-        for start in range(0, len(queries), step):
-          block = queries[start:start + step]
-          _keep_nearest(best_distances, best_ids, block, search.distances(search.centred(block), ids, rows), ids)
-      progress.update(len(ids))
+    # Every point first searches its own cluster, where most of its neighbours are: the bound this
+    # sets lets `_keep_nearest` skip most rows of the other clusters' blocks.
+    for queries_of in (lambda cluster: members[member_starts[cluster]:member_starts[cluster + 1]],
+                       lambda cluster: visitors[visitor_starts[cluster]:visitor_starts[cluster + 1]]):
+      for cluster in range(len(self)):
+        ids = members[member_starts[cluster]:member_starts[cluster + 1]]
+        queries = queries_of(cluster)
+        if len(ids) and len(queries):
+          rows = search.centred(ids)
+          step = max(1, _BLOCK_ENTRIES // len(ids))
+          for start in range(0, len(queries), step):
+            block = queries[start:start + step]
+            _keep_nearest(best_distances, best_ids, block, search.distances(search.centred(block), ids, rows), ids)
+        progress.update(len(ids) / 2)
     return best_ids
+
+
+def _grouped(keys: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+  """Positions of `keys` ([n] in 0..count - 1) grouped by key, and where each key's group starts."""
+  return np.argsort(keys, kind="stable"), np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=count))])
 
 
 def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5, *,

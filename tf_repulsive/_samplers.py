@@ -87,20 +87,8 @@ class Sampler:
     raise NotImplementedError
 
 
-class _DartSampler(Sampler):
-  """Samplers that the dart thrower executes: each resolves to a `DartPlan`."""
-
-  def build(self, context: SamplingContext) -> BatchDrawer:
-    plan = self.plan(batch_size=context.batch_size, num_points=context.features.shape[0])
-    return _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
-                                      verbose=context.verbose)
-
-  def plan(self, *, batch_size: int, num_points: int) -> _dart_throwing.DartPlan:
-    raise NotImplementedError
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
-class Uniform(_DartSampler):
+class Uniform(Sampler):
   """Plain SGD: `batch_size` distinct points uniformly at random (no repulsion).
 
   Dart throwing without disks: uniform darts, duplicates rejected, which is sampling without
@@ -108,10 +96,11 @@ class Uniform(_DartSampler):
   completes the batch uniformly, so the batch stays a uniform random k-subset.
   """
 
-  def plan(self, *, batch_size, num_points):
-    del num_points
-    return _dart_throwing.DartPlan(point_radius=None, pi=None, mingling_values=None, num_mingling_values=0,
-                                   max_darts=_dart_budget(None, batch_size))
+  def build(self, context: SamplingContext) -> BatchDrawer:
+    plan = _dart_throwing.DartPlan(point_radius=None, pi=None, mingling_values=None, num_mingling_values=0,
+                                   max_darts=_dart_budget(None, context.batch_size))
+    return _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
+                                      verbose=context.verbose)
 
 
 class _DiskSampler(Sampler):

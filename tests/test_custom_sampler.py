@@ -22,11 +22,12 @@ class ClassBalanced(tf_repulsive.Sampler):
     batch_size = context.batch_size
 
     class Drawer(tf_repulsive.BatchDrawer):
-      def draw(self, key, step):
-        uniform = tf.random.stateless_uniform(log_weights.shape, tf.random.experimental.stateless_fold_in(key, step),
+      def draw(self, key, first_step):
+        uniform = tf.random.stateless_uniform(log_weights.shape,
+                                              tf.random.experimental.stateless_fold_in(key, first_step),
                                               minval=1e-12, maxval=1.0)
         scores = log_weights - tf.math.log(-tf.math.log(uniform))
-        return tf.math.top_k(scores, batch_size).indices, tf.constant(0, tf.int32)
+        return tf.math.top_k(scores, batch_size).indices[None], tf.zeros([1], tf.int32)
 
     return Drawer()
 
@@ -95,10 +96,10 @@ class EvenOdd(tf_repulsive.Sampler):
       radius = 0.25
       mingling = tf_repulsive.MinglingValues(values=values, neighbors=1, agreement=1.0)
 
-      def draw(self, key, step):
+      def draw(self, key, first_step):
         del key
-        start = tf.cast(step % 2, tf.int32) * (num_points - k)
-        return tf.range(start, start + k), tf.constant(0, tf.int32)
+        start = tf.cast(first_step % 2, tf.int32) * (num_points - k)
+        return tf.range(start, start + k)[None], tf.zeros([1], tf.int32)
 
       def pi(self, step):
         return tf.constant([0.5, 0.5], tf.float64)
@@ -126,3 +127,51 @@ def test_build_must_return_a_batch_drawer():
   batcher = tf_repulsive.repulsive_batch(2, NotADrawer(), seed=0, start_step=0)
   with pytest.raises(TypeError, match="must return a tf_repulsive.BatchDrawer"):
     tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher)
+
+
+class ShiftedBlocks(tf_repulsive.Sampler):
+  """Four steps per draw: step n is the k elements from n * k on (mod N), drawn side by side."""
+
+  def __init__(self, steps_per_draw=4, wrong_shape=False):
+    self.steps_per_draw = steps_per_draw
+    self.wrong_shape = wrong_shape
+
+  def build(self, context):
+    num_points, k, sampler = context.features.shape[0], context.batch_size, self
+
+    class Drawer(tf_repulsive.BatchDrawer):
+      steps_per_draw = sampler.steps_per_draw
+
+      def draw(self, key, first_step):
+        del key
+        steps = first_step + tf.range(self.steps_per_draw, dtype=tf.int64)
+        indices = tf.cast((steps[:, None] * k + tf.range(k, dtype=tf.int64)) % num_points, tf.int32)
+        if sampler.wrong_shape:
+          return indices[0], tf.zeros([1], tf.int32)
+        return indices, tf.zeros([self.steps_per_draw], tf.int32)
+
+    return Drawer()
+
+
+@pytest.mark.parametrize("start_step", [0, 6])
+def test_a_drawer_of_several_steps_per_draw_gives_each_step_its_row(start_step):
+  batcher = tf_repulsive.repulsive_batch(3, ShiftedBlocks(), seed=0, start_step=start_step)
+  batches = tf.data.Dataset.from_tensor_slices(np.arange(50.0)).apply(batcher)
+  seen = [batch.numpy() for batch in batches.take(7)]
+  for offset, batch in enumerate(seen):
+    step = start_step + offset
+    np.testing.assert_array_equal(batch, (np.arange(3) + 3 * step) % 50)
+    np.testing.assert_array_equal(batcher.batch_indices(step), batch.astype(int))
+  assert batcher.stats().batches >= 7
+
+
+def test_a_drawer_must_return_its_declared_shapes():
+  batcher = tf_repulsive.repulsive_batch(3, ShiftedBlocks(wrong_shape=True), seed=0, start_step=0)
+  with pytest.raises(ValueError, match=r"must return indices of shape \[steps_per_draw, batch_size\] = \[4, 3\]"):
+    tf.data.Dataset.from_tensor_slices(np.arange(50.0)).apply(batcher)
+
+
+def test_steps_per_draw_must_be_a_positive_int():
+  batcher = tf_repulsive.repulsive_batch(3, ShiftedBlocks(steps_per_draw=0), seed=0, start_step=0)
+  with pytest.raises(ValueError, match="steps_per_draw must be an int >= 1"):
+    tf.data.Dataset.from_tensor_slices(np.arange(50.0)).apply(batcher)

@@ -16,13 +16,23 @@ def _grid(side):
   return np.stack([xs.ravel(), ys.ravel()], axis=1).astype(np.float32)
 
 
+def _batch(thrower, step):
+  """(indices, fallback) of the batch of `step`: its row of the draw that covers it."""
+  steps_per_draw = thrower.steps_per_draw
+  indices, fallback = thrower.draw(KEY, tf.constant(step - step % steps_per_draw, tf.int64))
+  return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
+
+
 def _thrown_darts(thrower, step, log_pi=None):
   """Every dart `draw` may throw for `step`, in order (same stateless calls as the thrower)."""
-  step_key = tf.random.experimental.stateless_fold_in(KEY, tf.constant(step, tf.int64))
-  blocks = [thrower._darts(step_key, 0, thrower._first_block, log_pi)]
-  blocks += [thrower._darts(step_key, b, thrower._block, log_pi)
+  steps_per_draw = thrower.steps_per_draw
+  draw_key = tf.random.experimental.stateless_fold_in(KEY, tf.constant(step // steps_per_draw, tf.int64))
+  if log_pi is not None:
+    log_pi = tf.tile(log_pi[None], [steps_per_draw, 1])
+  blocks = [thrower._darts(draw_key, 0, thrower._first_block, log_pi)]
+  blocks += [thrower._darts(draw_key, b, thrower._block, log_pi)
              for b in range(1, thrower._later_blocks + 1)]
-  return np.concatenate([b.numpy() for b in blocks])
+  return np.concatenate([b.numpy()[step % steps_per_draw] for b in blocks])
 
 
 def _sequential(darts, points, radius, k):
@@ -55,10 +65,10 @@ def test_equals_sequential_dart_throwing_with_mixed_radii(cache_bytes, batch_siz
   radius = rng.choice([0.0, 1.5, 2.5, 4.5], size=len(points))
   thrower = _dart_throwing.DartThrower(points, _plan(radius, 400), batch_size, cache_bytes)
   for step in range(5):
-    indices, fallback = thrower.draw(KEY, tf.constant(step, tf.int64))
+    indices, fallback = _batch(thrower, step)
     expected = _sequential(_thrown_darts(thrower, step), points, radius, batch_size)
-    assert indices.numpy()[:len(expected)].tolist() == expected
-    assert int(fallback) == batch_size - len(expected)
+    assert indices[:len(expected)].tolist() == expected
+    assert fallback == batch_size - len(expected)
 
 
 def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value():
@@ -70,9 +80,9 @@ def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value():
   thrower = _dart_throwing.DartThrower(points, _plan(radius, 300, mingling_values, pi), 30)
   log_pi = thrower._effective_log_pi(thrower.pi(tf.constant(0, tf.int64)))
   for step in range(5):
-    indices, _ = thrower.draw(KEY, tf.constant(step, tf.int64))
+    indices, _ = _batch(thrower, step)
     expected = _sequential(_thrown_darts(thrower, step, log_pi), points, radius, 30)
-    assert indices.numpy()[:len(expected)].tolist() == expected
+    assert indices[:len(expected)].tolist() == expected
 
 
 def test_fallback_fills_distinct_points_when_the_radius_is_too_large():
@@ -80,8 +90,10 @@ def test_fallback_fills_distinct_points_when_the_radius_is_too_large():
   # Radius 100 admits one point per batch: the rest comes from the fallback fill.
   thrower = _dart_throwing.DartThrower(points, _plan(np.full(100, 100.0), 64), 20)
   indices, fallback = thrower.draw(KEY, tf.constant(0, tf.int64))
-  assert int(fallback) == 19
-  assert len(set(indices.numpy().tolist())) == 20
+  assert fallback.numpy().tolist() == [19] * thrower.steps_per_draw
+  assert all(len(set(row)) == 20 for row in indices.numpy().tolist())
+  # Each step of the draw gets its own fill.
+  assert len({tuple(sorted(row)) for row in indices.numpy().tolist()}) > 1
   again, _ = thrower.draw(KEY, tf.constant(0, tf.int64))
   np.testing.assert_array_equal(indices, again)
 
@@ -90,7 +102,7 @@ def test_batch_of_the_whole_dataset_terminates_and_is_a_permutation():
   points = _grid(6)
   thrower = _dart_throwing.DartThrower(points, _plan(np.full(36, 0.5), 36), 36)
   indices, _ = thrower.draw(KEY, tf.constant(0, tf.int64))
-  assert sorted(indices.numpy().tolist()) == list(range(36))
+  assert all(sorted(row) == list(range(36)) for row in indices.numpy().tolist())
 
 
 def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension():
@@ -103,7 +115,7 @@ def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension():
   for cache_bytes in (0, 2**24):
     thrower = _dart_throwing.DartThrower(points, _plan(np.full(400, radius), 2000), 30, cache_bytes)
     for step in range(10):
-      indices = thrower.draw(KEY, tf.constant(step, tf.int64))[0].numpy()
+      indices = _batch(thrower, step)[0]
       chosen = distances[np.ix_(indices, indices)] + np.diag(np.full(30, np.inf))
       assert chosen.min() >= radius
 
@@ -113,8 +125,9 @@ def test_fallback_fill_is_uniform_over_the_points_not_yet_taken():
   # Two darts for a batch of 8: the fill supplies at least 6 points of every batch.
   thrower = _dart_throwing.DartThrower(points, _plan(None, 2), 8)
   counts = np.zeros(16)
-  for step in range(800):
-    indices, fallback = thrower.draw(KEY, tf.constant(step, tf.int64))
-    assert int(fallback) >= 6 and len(set(indices.numpy().tolist())) == 8
-    counts += np.bincount(indices.numpy(), minlength=16)
+  for first_step in range(0, 800, thrower.steps_per_draw):
+    indices, fallback = thrower.draw(KEY, tf.constant(first_step, tf.int64))
+    for row, filled in zip(indices.numpy(), fallback.numpy()):
+      assert filled >= 6 and len(set(row.tolist())) == 8
+      counts += np.bincount(row, minlength=16)
   assert stats.chisquare(counts).pvalue > 1e-3

@@ -33,9 +33,10 @@ def private_network():
 
 
 def _draws(sampler, count):
+  """The batches of steps 0 .. count - 1, and how many steps one draw covers."""
   batcher = run.batcher_for(sampler)
   run.dataset().apply(batcher)
-  return np.stack([batcher.batch_indices(step) for step in range(count)])
+  return np.stack([batcher.batch_indices(step) for step in range(count)]), batcher.drawer.steps_per_draw
 
 
 def _steps_of(received, draws):
@@ -57,18 +58,18 @@ def service_results(private_network, tmp_path_factory):
 @pytest.mark.parametrize("sampler_name,sampler", [
     ("vanilla_pds", tf_repulsive.VanillaPDS()), ("anneal_pds", tf_repulsive.AnnealPDS())])
 def test_service_batches_are_the_draws_of_their_steps(service_results, sampler_name, sampler):
-  draws = _draws(sampler, 200)
+  draws, steps_per_draw = _draws(sampler, 200)
   steps_per_epoch = run.NUM_POINTS // run.BATCH
-  # distributed_epoch: the workers split the step stream: no step twice, none skipped (beyond
-  # the few still in flight when the consumer stopped).
+  # distributed_epoch: the workers split the stream of draws: no step twice, none skipped (beyond
+  # the few draws still in flight when the consumer stopped).
   split = _steps_of(service_results[f"{sampler_name}-distributed_epoch"], draws)
   assert len(set(split.tolist())) == len(split) == run.SERVICE_READ
-  assert len(set(range(split.max())) - set(split.tolist())) <= 8
+  assert len(set(range(split.max())) - set(split.tolist())) <= 8 * steps_per_draw
   # parallel_epochs: every worker produces the whole stream (tf.data's meaning of the mode), so
   # each step arrives once per worker, and every batch is still its step's draw.
   parallel = _steps_of(service_results[f"{sampler_name}-parallel_epochs"], draws)
   assert np.bincount(parallel).max() <= 2
-  assert len(set(range(parallel.max())) - set(parallel.tolist())) <= 8
+  assert len(set(range(parallel.max())) - set(parallel.tolist())) <= 8 * steps_per_draw
   # Epochs differ: the stream does not restart.
   assert split.max() >= 2 * steps_per_epoch and parallel.max() >= steps_per_epoch
 
@@ -82,7 +83,7 @@ def test_multi_worker_shards_are_disjoint_and_make_the_global_draw(private_netwo
   subprocess.run(_loopback_only([sys.executable, run.__file__, "multi_worker", str(tmp_path)]),
                  check=True, timeout=_SECONDS)
   shards = [np.load(tmp_path / f"worker{index}.npy") for index in range(2)]
-  draws = _draws(tf_repulsive.AnnealPDS(), run.MULTI_WORKER_STEPS)
+  draws, _ = _draws(tf_repulsive.AnnealPDS(), run.MULTI_WORKER_STEPS)
   half = run.BATCH // 2
   for step in range(run.MULTI_WORKER_STEPS):
     np.testing.assert_array_equal(shards[0][step], draws[step][:half])
@@ -106,7 +107,7 @@ def _global_batches(strategy, distributed, steps):
 
 @pytest.mark.parametrize("replicas", [1, 2, 4])
 def test_every_replica_count_sees_the_same_global_draws(replicas):
-  draws = _draws(tf_repulsive.AnnealPDS(), 8)
+  draws, _ = _draws(tf_repulsive.AnnealPDS(), 8)
   strategy = _mirrored(replicas)
   batcher = run.batcher_for(tf_repulsive.AnnealPDS())
   source = run.dataset()
@@ -153,7 +154,7 @@ def test_keras_fit_under_a_strategy_starts_at_the_optimizer_step():
 
 
 def test_a_stream_resumed_on_another_replica_count_continues_the_global_draws():
-  draws = _draws(tf_repulsive.AnnealPDS(), 8)
+  draws, _ = _draws(tf_repulsive.AnnealPDS(), 8)
   source = run.dataset()
   for replicas, first_step in ((2, 0), (4, 4)):
     strategy = _mirrored(replicas)

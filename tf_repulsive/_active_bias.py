@@ -60,13 +60,13 @@ class _WeightedDrawer(_samplers.BatchDrawer):
     self.state = state
     self._k = batch_size
 
-  def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    step_key = tf.random.experimental.stateless_fold_in(key, step)
+  def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    step_key = tf.random.experimental.stateless_fold_in(key, first_step)
     uniform = tf.random.stateless_uniform(tf.shape(self.state.weights), step_key, dtype=tf.float64,
                                           minval=np.finfo(np.float64).tiny, maxval=1.0)
     gumbel = -tf.math.log(-tf.math.log(uniform))
     indices = tf.math.top_k(tf.math.log(self.state.weights.read_value()) + gumbel, k=self._k).indices
-    return indices, tf.constant(0, tf.int32)
+    return indices[None], tf.zeros([1], tf.int32)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -33,34 +33,41 @@ class SamplingContext:
 
 
 class BatchDrawer:
-  """Base of what a sampler builds: draws the indices of the batch of a global step.
+  """Base of what a sampler builds: draws the indices of the batches of global steps.
 
   `draw` is traced into the tf.data pipeline (and into `batcher.batch_indices`), so it must be
-  TensorFlow ops only, its randomness stateless and derived from `key` and `step` alone: that is
-  what makes batches reproducible, checkpoints exact and pipelines shippable.
+  TensorFlow ops only, its randomness stateless and derived from `key` and the steps alone: that
+  is what makes batches reproducible, checkpoints exact and pipelines shippable.
+
+  One call draws the batches of `steps_per_draw` consecutive steps, so that a drawer whose work
+  per batch is small can vectorise it over steps instead of paying TensorFlow's per-op cost for
+  every batch; the pipeline calls it with `first_step` a multiple of `steps_per_draw`.
 
   A drawer may report what its sampler prepared, for `batcher.stats()`, `batcher.pi` and the
   callbacks' logs:
 
   Attributes:
+    steps_per_draw: S, the steps one call of `draw` covers (a constant of the drawer).
     radius: the disk radius in use, for drawers with disks; else None.
     mingling: the dataset's mingling values, for drawers that have them (the logs then count
       each batch's mix of them); else None.
   """
 
+  steps_per_draw: int = 1
   radius: float | None = None
   mingling: _mingling.MinglingValues | None = None
 
-  def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """The batch of `step`.
+  def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The batches of steps `first_step` ... `first_step + steps_per_draw - 1`.
 
     Args:
       key: `[2]` int64 stateless seed of the pipeline.
-      step: int64 scalar, the global step n.
+      first_step: int64 scalar, a global step n that is a multiple of `steps_per_draw`.
 
     Returns:
-      `[k]` int32 distinct indices into the dataset, and the int32 count of them that a fallback
-      fill supplied (0 for samplers without one).
+      `[steps_per_draw, k]` int32 indices into the dataset, each row k distinct ones (the batch
+      of one step), and `[steps_per_draw]` int32 counts of them that a fallback fill supplied
+      (zeros for samplers without one).
     """
     raise NotImplementedError
 

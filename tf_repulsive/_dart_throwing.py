@@ -26,6 +26,7 @@ MinglingPi = Callable[[tf.Tensor], tf.Tensor]
 
 _FLOAT32_EPS = float(np.finfo(np.float32).eps)
 _CACHE_ROW_BLOCK = 1024
+_STEP_ROWS_PER_DRAW = 2048
 # Rows centred per numpy step: float64 work in blocks keeps the peak at one float32 copy.
 _CENTER_ROW_BLOCK = 16384
 
@@ -51,8 +52,17 @@ class DartPlan:
   max_darts: int
 
 
+def steps_per_draw(batch_size: int) -> int:
+  """S, the steps one draw throws darts for side by side: a power of two up to 16, S * k <= 2048.
+
+  The per-op cost of TensorFlow is paid once per draw, so small batches share a draw; large ones
+  already give each op enough work.
+  """
+  return 2 ** min(4, max(0, (_STEP_ROWS_PER_DRAW // batch_size).bit_length() - 1))
+
+
 class DartThrower(BatchDrawer):
-  """Draws the indices of one mini-batch as a pure function of a stateless key and the step."""
+  """Draws the indices of mini-batches as a pure function of a stateless key and the steps."""
 
   def __init__(self, features: np.ndarray, plan: DartPlan, batch_size: int,
                distance_cache_bytes: int = 0, verbose: bool = False):
@@ -73,6 +83,7 @@ class DartThrower(BatchDrawer):
     self._plan = plan
     # Every disk radius is multiplied by this (see `with_radius_scale`).
     self.radius_scale = 1.0
+    self.steps_per_draw = steps_per_draw(batch_size)
     # Centering leaves distances unchanged and keeps Gram-based distances accurate in float32.
     mean = np.add.reduce(features, axis=0, dtype=np.float64) / max(num_points, 1)
     blocks = [slice(start, start + _CENTER_ROW_BLOCK) for start in range(0, num_points, _CENTER_ROW_BLOCK)]
@@ -118,6 +129,9 @@ class DartThrower(BatchDrawer):
     # Block size -> [size, size] bool, True where the column's dart comes before the row's.
     self._earlier = {size: tf.constant(np.tri(size, k=-1, dtype=bool))
                      for size in (self._first_block, self._block)}
+    # Width -> [S, width] int32 holding each entry's row (step) number, for scatters.
+    self._step_rows = {width: tf.constant(np.repeat(np.arange(self.steps_per_draw, dtype=np.int32)[:, None], width, 1))
+                       for width in (self._first_block, self._block, batch_size)}
 
   def _pairwise_sq_distances(self, verbose: bool) -> tf.Tensor:
     """`[N * N]` shrunk squared distances (row-major), computed like the on-the-fly test."""
@@ -144,49 +158,57 @@ class DartThrower(BatchDrawer):
     return None if self._plan.pi is None else self._plan.pi(step)
 
   def count_fills(self, radius_scale: tf.Tensor, key: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
-    """How many of the draws of steps 0 .. draws - 1 would need the fallback fill, stopping at one.
+    """How many batches of steps 0 .. draws - 1 (rounded up to whole draws) need the fallback fill.
 
-    For calibrating the radius: `radius_scale` is a tensor, so one trace serves every candidate.
+    Stops counting after the first draw with a fill. For calibrating the radius: `radius_scale`
+    is a tensor, so one trace serves every candidate.
     """
+    steps_per_draw = self.steps_per_draw
 
-    def keep_drawing(step, fills):
-      return tf.logical_and(step < draws, fills == 0)
+    def keep_drawing(first_step, fills):
+      return tf.logical_and(first_step < tf.cast(draws, tf.int64), fills == 0)
 
-    def draw_one(step, fills):
-      _, fallback = self._draw(key, tf.cast(step, tf.int64), radius_scale)
-      return step + 1, fills + tf.cast(fallback > 0, tf.int32)
+    def draw_steps(first_step, fills):
+      _, fallback = self._draw(key, first_step, radius_scale)
+      return first_step + steps_per_draw, fills + tf.reduce_sum(tf.cast(fallback > 0, tf.int32))
 
-    return tf.while_loop(keep_drawing, draw_one, (tf.constant(0), tf.constant(0)),
-                         maximum_iterations=draws)[1]
+    return tf.while_loop(keep_drawing, draw_steps, (tf.constant(0, tf.int64), tf.constant(0)),
+                         maximum_iterations=-(-draws // steps_per_draw))[1]
 
-  def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """The batch for global step `step`.
+  def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The batches of steps `first_step` ... `first_step + steps_per_draw - 1`, thrown side by side.
 
     Args:
       key: `[2]` int64 stateless seed of the pipeline.
-      step: int64 scalar global step n.
+      first_step: int64 scalar, a multiple of `steps_per_draw`.
 
     Returns:
-      `indices`: `[k]` int32 distinct point indices, in acceptance order; `fallback`: int32 scalar,
-      how many of them the fallback fill supplied because the dart budget ran out.
+      `indices`: `[steps_per_draw, k]` int32, per step k distinct point indices in acceptance
+      order; `fallback`: `[steps_per_draw]` int32, how many of each step's the fallback fill
+      supplied because the dart budget ran out.
     """
-    return self._draw(key, step, self.radius_scale)
+    return self._draw(key, first_step, self.radius_scale)
 
-  def _draw(self, key: tf.Tensor, step: tf.Tensor, radius_scale: float | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    step_key = tf.random.experimental.stateless_fold_in(key, step)
-    pi = self.pi(step)
-    log_pi = None if pi is None else self._effective_log_pi(pi)
-    accepted = tf.zeros([self._batch_size], tf.int32)
-    count = tf.constant(0, tf.int32)
-    darts = self._darts(step_key, 0, self._first_block, log_pi)
+  def _draw(self, key: tf.Tensor, first_step: tf.Tensor,
+            radius_scale: float | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    draw_key = tf.random.experimental.stateless_fold_in(key, first_step // self.steps_per_draw)
+    log_pi = None
+    if self._plan.pi is not None:
+      # One vectorised evaluation of the schedule for all steps of the draw (a loop for
+      # schedules whose ops TensorFlow cannot vectorise).
+      log_pi = tf.vectorized_map(lambda step: self._effective_log_pi(self.pi(step)),
+                                 first_step + tf.range(self.steps_per_draw, dtype=tf.int64))
+    accepted = tf.zeros([self.steps_per_draw, self._batch_size], tf.int32)
+    count = tf.zeros([self.steps_per_draw], tf.int32)
+    darts = self._darts(draw_key, 0, self._first_block, log_pi)
     accepted, count = self._accept(darts, accepted, count, radius_scale, against_accepted=False)
 
     def keep_throwing(block, accepted, count):
       del accepted
-      return tf.logical_and(count < self._batch_size, block <= self._later_blocks)
+      return tf.logical_and(tf.reduce_any(count < self._batch_size), block <= self._later_blocks)
 
     def throw_block(block, accepted, count):
-      darts = self._darts(step_key, block, self._block, log_pi)
+      darts = self._darts(draw_key, block, self._block, log_pi)
       accepted, count = self._accept(darts, accepted, count, radius_scale, against_accepted=True)
       return block + 1, accepted, count
 
@@ -194,8 +216,8 @@ class DartThrower(BatchDrawer):
         keep_throwing, throw_block, (tf.constant(1), accepted, count),
         maximum_iterations=self._later_blocks)
     indices = tf.cond(
-        count < self._batch_size,
-        lambda: self._fill_uniformly(step_key, accepted, count),
+        tf.reduce_any(count < self._batch_size),
+        lambda: self._fill_uniformly(draw_key, accepted, count),
         lambda: accepted)
     return indices, self._batch_size - count
 
@@ -209,93 +231,98 @@ class DartThrower(BatchDrawer):
     with tf.control_dependencies([check]):
       return tf.math.log(pi / total)
 
-  def _darts(self, step_key: tf.Tensor, block: int | tf.Tensor, size: int,
+  def _darts(self, draw_key: tf.Tensor, block: int | tf.Tensor, size: int,
              log_pi: tf.Tensor | None) -> tf.Tensor:
-    block_key = tf.random.experimental.stateless_fold_in(step_key, tf.cast(block, tf.int64) + 1)
+    """`[steps_per_draw, size]` darts of dart block `block`, one row per step."""
+    block_key = tf.random.experimental.stateless_fold_in(draw_key, tf.cast(block, tf.int64) + 1)
+    shape = [self.steps_per_draw, size]
     if log_pi is None:
-      return tf.random.stateless_uniform(
-          [size], block_key, minval=0, maxval=self._num_points, dtype=tf.int32)
+      return tf.random.stateless_uniform(shape, block_key, minval=0, maxval=self._num_points, dtype=tf.int32)
     value_key = tf.random.experimental.stateless_fold_in(block_key, 0)
     member_key = tf.random.experimental.stateless_fold_in(block_key, 1)
-    value = tf.random.stateless_categorical(log_pi[None, :], size, value_key, dtype=tf.int32)[0]
+    value = tf.random.stateless_categorical(log_pi, size, value_key, dtype=tf.int32)
     counts = tf.gather(self._value_counts, value)
-    uniform = tf.random.stateless_uniform([size], member_key, dtype=tf.float64)
+    uniform = tf.random.stateless_uniform(shape, member_key, dtype=tf.float64)
     member = tf.cast(tf.minimum(tf.floor(uniform * counts), counts - 1.0), tf.int32)
     return tf.gather(self._points_by_value, tf.gather(self._value_offsets, value) + member)
 
   def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: float | tf.Tensor) -> tf.Tensor:
-    """`[rows, cols]` bool: same point, or closer than the smaller of the two disk radii."""
+    """`[S, rows, cols]` bool per step: same point, or closer than the smaller of the two radii."""
+    same = tf.equal(rows[:, :, None], cols[:, None, :])
     if self._plan.point_radius is None or self._uniform_radius == 0.0:
-      return tf.equal(rows[:, None], cols[None, :])
+      return same
     if self._sq_distances is None:
       row_x = tf.gather(self._features, rows)
       col_x = row_x if cols is rows else tf.gather(self._features, cols)
-      sq_dist = (tf.gather(self._shrunk_sq_norms, rows)[:, None]
-                 + tf.gather(self._shrunk_sq_norms, cols)[None, :]
+      sq_dist = (tf.gather(self._shrunk_sq_norms, rows)[:, :, None]
+                 + tf.gather(self._shrunk_sq_norms, cols)[:, None, :]
                  - 2.0 * tf.matmul(row_x, col_x, transpose_b=True))
     else:
-      pairs = tf.cast(rows, tf.int64)[:, None] * self._num_points + tf.cast(cols, tf.int64)[None, :]
+      pairs = tf.cast(rows, tf.int64)[:, :, None] * self._num_points + tf.cast(cols, tf.int64)[:, None, :]
       sq_dist = tf.gather(self._sq_distances, pairs)
     if self._uniform_radius is not None:
       return sq_dist < (self._uniform_radius * radius_scale) ** 2
     # Per-point radii: radius 0 means no disk, so identity must be tested separately.
-    sq_radius = tf.square(radius_scale * tf.minimum(tf.gather(self._point_radius, rows)[:, None],
-                                                    tf.gather(self._point_radius, cols)[None, :]))
-    close = tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius)
-    return tf.logical_or(tf.equal(rows[:, None], cols[None, :]), close)
+    sq_radius = tf.square(radius_scale * tf.minimum(tf.gather(self._point_radius, rows)[:, :, None],
+                                                    tf.gather(self._point_radius, cols)[:, None, :]))
+    return tf.logical_or(same, tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius))
 
   def _accept(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor,
               radius_scale: float | tf.Tensor, against_accepted: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """Adds to `accepted` exactly the darts the sequential algorithm would accept, in order."""
-    size = darts.shape[0]
+    """Adds to each step's `accepted` exactly the darts the sequential algorithm would accept."""
+    size = darts.shape[1]
     if against_accepted:
-      occupied = tf.range(self._batch_size) < count
+      occupied = tf.range(self._batch_size)[None, :] < count[:, None]
       hits = self._conflicts(darts, accepted, radius_scale)
-      undecided = tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[None, :]), axis=1))
+      undecided = tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[:, None, :]), axis=2))
     else:
-      undecided = tf.ones([size], tf.bool)
+      undecided = tf.ones([self.steps_per_draw, size], tf.bool)
     blocks = tf.logical_and(self._conflicts(darts, darts, radius_scale), self._earlier[size])
 
     # A dart is accepted once no earlier dart that blocks it can still be accepted, and rejected
     # once an earlier blocking dart is accepted. Each round settles at least the first undecided
-    # dart, so at most `size` rounds run; usually a handful.
+    # dart of every step, so at most `size` rounds run; usually a handful.
     def unsettled(undecided, taken):
       del taken
       return tf.reduce_any(undecided)
 
     def settle(undecided, taken):
       live = tf.logical_or(undecided, taken)
-      blocked = tf.reduce_any(tf.logical_and(blocks, live[None, :]), axis=1)
+      blocked = tf.reduce_any(tf.logical_and(blocks, live[:, None, :]), axis=2)
       taken = tf.logical_or(taken, tf.logical_and(undecided, tf.logical_not(blocked)))
-      beaten = tf.reduce_any(tf.logical_and(blocks, taken[None, :]), axis=1)
+      beaten = tf.reduce_any(tf.logical_and(blocks, taken[:, None, :]), axis=2)
       undecided = tf.logical_and(tf.logical_and(undecided, blocked), tf.logical_not(beaten))
       return undecided, taken
 
-    _, taken = tf.while_loop(unsettled, settle, (undecided, tf.zeros([size], tf.bool)),
+    _, taken = tf.while_loop(unsettled, settle, (undecided, tf.zeros_like(undecided)),
                              maximum_iterations=size)
     # The sequential loop stops at k accepted points: keep the first k - count in dart order.
-    rank = tf.cumsum(tf.cast(taken, tf.int32))
-    taken = tf.logical_and(taken, rank <= self._batch_size - count)
+    rank = tf.cumsum(tf.cast(taken, tf.int32), axis=1)
+    taken = tf.logical_and(taken, rank <= self._batch_size - count[:, None])
     # Darts not taken are written to a spare slot past the end, which is then dropped.
-    slots = tf.where(taken, count + rank - 1, self._batch_size)
+    slots = tf.where(taken, count[:, None] + rank - 1, self._batch_size)
+    spare = tf.concat([accepted, tf.zeros([self.steps_per_draw, 1], tf.int32)], axis=1)
     accepted = tf.tensor_scatter_nd_update(
-        tf.concat([accepted, [0]], axis=0), slots[:, None], darts)[:self._batch_size]
-    return accepted, count + tf.reduce_sum(tf.cast(taken, tf.int32))
+        spare, tf.stack([self._step_rows[size], slots], axis=2), darts)[:, :self._batch_size]
+    return accepted, count + tf.reduce_sum(tf.cast(taken, tf.int32), axis=1)
 
-  def _fill_uniformly(self, step_key: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
-    """Completes a batch the darts could not fill with distinct points uniformly at random.
+  def _fill_uniformly(self, draw_key: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    """Completes batches the darts could not fill with distinct points uniformly at random.
 
-    Deterministic in the key: the points with the largest stateless uniform scores among those
-    not in the batch yet. O(N), but only for batches whose dart budget ran out. (TensorFlow's
-    `index_shuffle` would be O(k), but in TF 2.21 it uses only the low 8 bits of each seed word,
-    so its permutations repeat every 256 steps.)
+    Deterministic in the key: per step, the points with the largest stateless uniform scores
+    among those not in the batch yet. O(N) per step, but only for draws whose dart budget ran
+    out. (TensorFlow's `index_shuffle` would be O(k), but in TF 2.21 it uses only the low 8 bits
+    of each seed word, so its permutations repeat every 256 steps.)
     """
-    fill_key = tf.random.experimental.stateless_fold_in(step_key, 0)
-    scores = tf.random.stateless_uniform([self._num_points], fill_key)
-    occupied = tf.range(self._batch_size) < count
+    fill_key = tf.random.experimental.stateless_fold_in(draw_key, 0)
+    scores = tf.random.stateless_uniform([self.steps_per_draw, self._num_points], fill_key)
+    occupied = tf.range(self._batch_size)[None, :] < count[:, None]
     # Points already in the batch score -1 and sink below every fresh point.
     taken = tf.where(occupied, accepted, self._num_points)
-    scores = tf.tensor_scatter_nd_update(tf.concat([scores, [0.0]], 0), taken[:, None],
-                                         tf.fill([self._batch_size], -1.0))[:self._num_points]
+    scores = tf.tensor_scatter_nd_update(
+        tf.concat([scores, tf.zeros([self.steps_per_draw, 1])], axis=1),
+        tf.stack([self._step_rows[self._batch_size], taken], axis=2),
+        tf.fill([self.steps_per_draw, self._batch_size], -1.0))[:, :self._num_points]
     fresh = tf.math.top_k(scores, self._batch_size).indices
-    return tf.where(occupied, accepted, tf.gather(fresh, tf.maximum(tf.range(self._batch_size) - count, 0)))
+    position = tf.maximum(tf.range(self._batch_size)[None, :] - count[:, None], 0)
+    return tf.where(occupied, accepted, tf.gather(fresh, position, batch_dims=1))

@@ -75,9 +75,9 @@ class _EpochOrderDrawer(_samplers.BatchDrawer):
     self._batch_size = batch_size
     self._steps_per_epoch = math.ceil(num_points / batch_size)
 
-  def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    epoch = step // self._steps_per_epoch
-    first = (step % self._steps_per_epoch) * self._batch_size
+  def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    epoch = first_step // self._steps_per_epoch
+    first = (first_step % self._steps_per_epoch) * self._batch_size
     positions = first + tf.range(self._batch_size, dtype=tf.int64)
     # The last batch of an epoch runs past N when k does not divide N: it continues with the
     # first elements of the same order, which are not among its own (the batch stays distinct).
@@ -85,7 +85,7 @@ class _EpochOrderDrawer(_samplers.BatchDrawer):
     epoch_key = tf.random.experimental.stateless_fold_in(key, epoch)
     round_keys = tf.random.stateless_uniform([_ROUNDS], epoch_key, minval=0, maxval=2**32, dtype=tf.int64)
     indices = keyed_permutation(positions, round_keys, self._num_points)
-    return tf.cast(indices, tf.int32), tf.constant(0, tf.int32)
+    return tf.cast(indices, tf.int32)[None], tf.zeros([1], tf.int32)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

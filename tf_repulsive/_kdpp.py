@@ -91,12 +91,12 @@ class _SpectralKDPPDrawer(_samplers.BatchDrawer):
     self._log_esp = tf.constant(log_elementary_symmetric(eigenvalues, batch_size))
     self._eigenvectors = _arrays.to_tensor(_arrays.aligned_copy(eigenvectors, np.float32))
 
-  def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    step_key = tf.random.experimental.stateless_fold_in(key, step)
+  def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    step_key = tf.random.experimental.stateless_fold_in(key, first_step)
     chosen = self._choose_eigenvectors(tf.random.experimental.stateless_fold_in(step_key, 0))
     basis = tf.gather(tf.cast(self._eigenvectors, tf.float64), chosen, axis=1)
     indices = self._projection_dpp(basis, tf.random.experimental.stateless_fold_in(step_key, 1))
-    return indices, tf.constant(0, tf.int32)
+    return indices[None], tf.zeros([1], tf.int32)
 
   def _choose_eigenvectors(self, key: tf.Tensor) -> tf.Tensor:
     """k eigenvector indices J with P(J) ∝ prod_{n in J} lambda_n.
@@ -169,8 +169,8 @@ class _ExchangeChainDrawer(_samplers.BatchDrawer):
     sq_dist = tf.maximum(row_sq + col_sq - 2.0 * gram, 0.0)
     return tf.exp(-sq_dist / (2.0 * self._bandwidth**2))
 
-  def draw(self, key: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    step_key = tf.random.experimental.stateless_fold_in(key, step)
+  def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    step_key = tf.random.experimental.stateless_fold_in(key, first_step)
     # The start: k distinct points uniformly at random (top-k of uniform scores).
     start_scores = tf.random.stateless_uniform(
         [self._num_points], tf.random.experimental.stateless_fold_in(step_key, 0))
@@ -216,7 +216,7 @@ class _ExchangeChainDrawer(_samplers.BatchDrawer):
         lambda proposal, *_: proposal < self._swaps, propose,
         (tf.constant(0), members, member_x, member_sq, block, tf.linalg.inv(block + ridge)),
         maximum_iterations=self._swaps)
-    return outputs[1], tf.constant(0, tf.int32)
+    return outputs[1][None], tf.zeros([1], tf.int32)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -124,6 +124,8 @@ class RepulsiveBatcher:
     self._key = tf.constant([seed, _KEY_SALT], tf.int64)
     self._built: _Built | None = None
     self._per_replica_slices = False
+    # The draw covering a step, for `batch_indices` and `fallback_points` (traced once, at build).
+    self._draw_once: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
     if start_step is None:
       # Where the next stream starts, and where the last one that began here did start: a stream
       # that runs out of reach (tf.data service) leaves the second unset, and the callback says so.
@@ -133,9 +135,9 @@ class RepulsiveBatcher:
   def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
     """The stream of global batches of `dataset` (what `Dataset.apply` calls)."""
     built = self._build(dataset)
-    return self._finish(self._steps().map(
-        lambda step: self._gather(built, self._draw_counted(built, step)),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
+    return self._finish(self._draws(built).map(
+        lambda first_step, skip: self._gather(built, self._draw_counted(built, first_step, skip)),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch())
 
   def per_replica(self, input_context: tf.distribute.InputContext) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """The form of this batcher for `distribute_datasets_from_function`.
@@ -168,12 +170,12 @@ class RepulsiveBatcher:
       built = self._build(dataset)
       self._per_replica_slices = True
 
-      def draw_slices(step):
-        indices = tf.reshape(self._draw_counted(built, step), [replicas, per_replica])[first:first + local]
-        return self._gather(built, indices)
+      def draw_slices(first_step, skip):
+        indices = self._draw_counted(built, first_step, skip)
+        return self._gather(built, tf.reshape(indices, [-1, replicas, per_replica])[:, first:first + local])
 
-      return self._finish(self._steps().map(
-          draw_slices, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch())
+      return self._finish(self._draws(built).map(
+          draw_slices, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch().unbatch())
 
     return apply
 
@@ -223,13 +225,13 @@ class RepulsiveBatcher:
     """
     _check_step(step)
     self._require_built()
-    return self._draw_once(tf.constant(step, tf.int64))[0].numpy()
+    return self._draw_of(step)[0]
 
   def fallback_points(self, step: int) -> int:
     """How many points of the batch of `step` the fallback fill supplied (pure)."""
     _check_step(step)
     self._require_built()
-    return int(self._draw_once(tf.constant(step, tf.int64))[1])
+    return int(self._draw_of(step)[1])
 
   def pi(self, step: int) -> np.ndarray | None:
     """pi over mingling values at `step` for Dense / Anneal PDS, else None."""
@@ -324,24 +326,38 @@ class RepulsiveBatcher:
       raise TypeError(
           f"{type(sampler).__name__}.build must return a tf_repulsive.BatchDrawer (subclass it); got "
           f"{type(drawer).__name__}.")
+    steps_per_draw = drawer.steps_per_draw
+    if isinstance(steps_per_draw, bool) or not isinstance(steps_per_draw, numbers.Integral) or steps_per_draw < 1:
+      raise ValueError(
+          f"{type(drawer).__name__}.steps_per_draw must be an int >= 1 (the steps one draw covers); got "
+          f"{steps_per_draw!r}.")
     self._built = _Built(drawer, data)
     # A partial, not a lambda: TensorFlow counts traces per code object, and would call one trace
     # per batcher "retracing" after a few batchers.
-    self._draw_once = tf.function(functools.partial(drawer.draw, self._key))
+    self._draw_once = tf.function(functools.partial(_checked_draw, drawer, self._key, batch_size=self.batch_size))
     if drawer.radius is not None:
       self._warn_if_first_batch_needs_the_fill()
     return self._built
 
-  def _draw_counted(self, built: _Built, step: tf.Tensor) -> tf.Tensor:
-    indices, fallback = built.drawer.draw(self._key, step)
-    fallback = tf.cast(fallback, tf.int64)
-    recorded = [built.counters.assign_add(
-        tf.stack([tf.constant(1, tf.int64), tf.minimum(fallback, 1), fallback]))]
+  def _draw_of(self, step: int) -> tuple[np.ndarray, int]:
+    """The indices and fallback count of the batch of `step` (from the draw that covers it)."""
+    steps_per_draw = self._require_built().drawer.steps_per_draw
+    assert self._draw_once is not None  # set with the drawer
+    indices, fallback = self._draw_once(tf.constant(step - step % steps_per_draw, tf.int64))
+    return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
+
+  def _draw_counted(self, built: _Built, first_step: tf.Tensor, skip: tf.Tensor) -> tf.Tensor:
+    """`[S - skip, k]` indices of steps first_step + skip ... of one draw, counted and recorded."""
+    indices, fallback = _checked_draw(built.drawer, self._key, first_step, self.batch_size)
+    indices, fallback = indices[skip:], tf.cast(fallback[skip:], tf.int64)
+    recorded = [built.counters.assign_add(tf.stack([
+        tf.cast(tf.size(fallback), tf.int64), tf.math.count_nonzero(fallback), tf.reduce_sum(fallback)]))]
     if built.mingling is not None:
+      steps = first_step + tf.range(skip, built.drawer.steps_per_draw, dtype=tf.int64)
       mix = tf.math.bincount(tf.gather(built.mingling_tensor, indices), minlength=built.num_mingling_values,
-                             maxlength=built.num_mingling_values, dtype=tf.int64)
-      row = tf.concat([tf.reshape(step, [1]), mix], axis=0)
-      recorded.append(built.mix_record.scatter_nd_update(tf.reshape(step % _MIX_HISTORY, [1, 1]), row[None, :]))
+                             maxlength=built.num_mingling_values, dtype=tf.int64, axis=-1)
+      rows = tf.concat([steps[:, None], mix], axis=1)
+      recorded.append(built.mix_record.scatter_nd_update((steps % _MIX_HISTORY)[:, None], rows))
     with tf.control_dependencies(recorded):
       return tf.identity(indices)
 
@@ -349,10 +365,23 @@ class RepulsiveBatcher:
   def _gather(built: _Built, indices: tf.Tensor) -> Any:
     return tf.nest.map_structure(lambda component: tf.gather(component, indices), built.element_tensors)
 
-  def _steps(self) -> tf.data.Dataset:
-    """The stream of step numbers: a `Dataset.range` (splittable, checkpointed) plus the start."""
+  def _draws(self, built: _Built) -> tf.data.Dataset:
+    """The stream of draws: (first step, steps of it before the stream's start) per draw.
+
+    A `Dataset.range` of draw numbers (splittable, checkpointed) plus the start; draw j covers
+    steps j·S ... j·S + S − 1, so a step's batch does not depend on where the stream started.
+    """
+    steps_per_draw = built.drawer.steps_per_draw
+    last_draw = _LAST_STEP // steps_per_draw
+
+    def locate_draw(start, offset):
+      first_step = (start // steps_per_draw + offset) * steps_per_draw
+      return first_step, tf.maximum(start - first_step, 0)
+
+    draws = tf.data.Dataset.range(last_draw).repeat()
     if self.start_step is not None:
-      return tf.data.Dataset.range(self.start_step, _LAST_STEP).repeat()
+      start_step = tf.constant(self.start_step, tf.int64)
+      return draws.map(lambda offset: locate_draw(start_step, offset))
     next_start, last_start = self._next_start, self._last_start
 
     # The start is read once, at the stream's first element, and then kept in the scan state,
@@ -367,9 +396,9 @@ class RepulsiveBatcher:
           return tf.identity(value)
 
       start = tf.cond(start < 0, read_start, lambda: start)
-      return start, start + offset
+      return start, locate_draw(start, offset)
 
-    return tf.data.Dataset.range(_LAST_STEP).repeat().scan(tf.constant(_UNSET, tf.int64), locate)
+    return draws.scan(tf.constant(_UNSET, tf.int64), locate)
 
   @staticmethod
   def _finish(batches: tf.data.Dataset) -> tf.data.Dataset:
@@ -400,6 +429,21 @@ class RepulsiveBatcher:
           f"first batch with disks of radius {built.drawer.radius:.4g}; a uniform fill supplied the other "
           f"{fallback}. {cause}: pass radius=\"auto\" or a smaller `radius` to the sampler (or raise "
           "`max_darts` if the disks do fit).", RuntimeWarning, stacklevel=5)
+
+
+def _checked_draw(drawer: _samplers.BatchDrawer, key: tf.Tensor, first_step: tf.Tensor,
+                  batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """`drawer.draw`, its result's shapes checked against the contract when it is traced."""
+  indices, fallback = drawer.draw(key, first_step)
+  steps_per_draw = drawer.steps_per_draw
+  if (not indices.shape.is_compatible_with([steps_per_draw, batch_size])
+      or not fallback.shape.is_compatible_with([steps_per_draw])):
+    raise ValueError(
+        f"{type(drawer).__name__}.draw must return indices of shape [steps_per_draw, batch_size] = "
+        f"[{steps_per_draw}, {batch_size}] and fallback counts of shape [{steps_per_draw}]; got "
+        f"{indices.shape} and {fallback.shape}. (A drawer of one step per draw returns "
+        "indices[None], fallback[None].)")
+  return tf.ensure_shape(tf.cast(indices, tf.int32), [steps_per_draw, batch_size]), tf.cast(fallback, tf.int32)
 
 
 def _check_step(step: Any) -> None:

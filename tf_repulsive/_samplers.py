@@ -50,6 +50,7 @@ class Sampler:
   A sampler of your own subclasses this and overrides `build`, which receives the dataset's
   `SamplingContext` once and returns a `BatchDrawer`; set `needs_labels = True` to get the labels
   in the context. Checkpoints, callbacks and `batch_indices` then work as for the built-in ones.
+  A drawer draws one step per call unless it sets `steps_per_draw` (see `BatchDrawer`).
 
   Example (every batch the next k elements, a new random rotation each epoch):
 
@@ -58,12 +59,12 @@ class Sampler:
   ...   def build(self, context):
   ...     num_points, k = context.features.shape[0], context.batch_size
   ...     class Drawer(tf_repulsive.BatchDrawer):
-  ...       def draw(self, key, step):
-  ...         epoch = step // -(-num_points // k)
+  ...       def draw(self, key, first_step):  # one step per draw: first_step is the step
+  ...         epoch = first_step // -(-num_points // k)
   ...         shift = tf.random.stateless_uniform(
   ...             [], tf.random.experimental.stateless_fold_in(key, epoch), maxval=num_points, dtype=tf.int64)
-  ...         indices = (step * k + shift + tf.range(k, dtype=tf.int64)) % num_points
-  ...         return tf.cast(indices, tf.int32), tf.constant(0, tf.int32)
+  ...         indices = (first_step * k + shift + tf.range(k, dtype=tf.int64)) % num_points
+  ...         return tf.cast(indices, tf.int32)[None], tf.zeros([1], tf.int32)
   ...     return Drawer()
   >>> batcher = tf_repulsive.repulsive_batch(4, RotatedBlocks(), seed=0, start_step=0)
   >>> batches = tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher)

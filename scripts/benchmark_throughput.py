@@ -1,0 +1,107 @@
+"""Batches/s and time to a new iterator's first batch, against `shuffle(N).batch(k)` in the same run.
+
+Issue 10's targets: at 60000 x 784 float32, k = 50, Uniform >= 1.5x and every PDS variant >= 1.0x
+the batches/s of shuffle + batch; the first batch of a new iterator <= 1.5x shuffle + batch's at
+1257 x 64 (the digits' training split) and 60000 x 784.
+  .venv/bin/python scripts/benchmark_throughput.py [--batches=3000] [--samplers=uniform,vanilla_pds,...]
+"""
+
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+import tensorflow as tf
+from sklearn import datasets as sk_datasets
+
+import tf_repulsive
+
+_BATCHES = flags.DEFINE_integer("batches", 3000, "Batches timed per pipeline, after its first.")
+_SAMPLERS = flags.DEFINE_list("samplers", "uniform,vanilla_pds,easy_pds,dense_pds,anneal_pds", "Samplers to time.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds of timing.")
+_STARTS = flags.DEFINE_integer("starts", 7, "New iterators per pipeline for the first-batch median.")
+
+_BATCH_SIZE = 50
+_SAMPLERS_BY_NAME = {
+    "uniform": tf_repulsive.Uniform,
+    "vanilla_pds": tf_repulsive.VanillaPDS,
+    "easy_pds": tf_repulsive.EasyPDS,
+    "dense_pds": lambda: tf_repulsive.DensePDS(pi=[1.0] * 6),
+    "anneal_pds": tf_repulsive.AnnealPDS,
+}
+
+
+def mnist_like(num_points=60000, dim=784, classes=10, seed=0):
+  """Ten overlapping clusters in [0, 1]^784 with their labels (the mingling values then vary)."""
+  rng = np.random.default_rng(seed)
+  labels = rng.integers(0, classes, num_points)
+  centres = rng.random((classes, dim), dtype=np.float32)
+  features = np.clip(centres[labels] + rng.normal(0.0, 0.35, (num_points, dim)).astype(np.float32), 0.0, 1.0)
+  return features, labels
+
+
+def batches_per_second(dataset, count):
+  iterator = iter(dataset)
+  next(iterator)
+  start = time.perf_counter()
+  for _ in range(count):
+    next(iterator)
+  return count / (time.perf_counter() - start)
+
+
+def first_batch_ms(dataset, repeats):
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    next(iter(dataset))
+    times.append(time.perf_counter() - start)
+  return 1000 * float(np.median(times))
+
+
+def shuffle_batch(features, labels):
+  return tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(len(features)).batch(_BATCH_SIZE).repeat()
+
+
+def repulsive(features, labels, name):
+  batcher = tf_repulsive.repulsive_batch(_BATCH_SIZE, _SAMPLERS_BY_NAME[name](), seed=0, start_step=0, verbose=False)
+  start = time.perf_counter()
+  dataset = tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
+  return dataset, time.perf_counter() - start, batcher.drawer.steps_per_draw
+
+
+def main(argv):
+  del argv
+  big = mnist_like()
+  digits = sk_datasets.load_digits()
+  small = ((digits.data[:1257] / 16.0).astype(np.float32), digits.target[:1257])
+  print(f"k = {_BATCH_SIZE}; batches/s over {_BATCHES.value} batches after the first, in {_ROUNDS.value} rounds "
+        "that each time shuffle + batch first (ratio: median over rounds of the round's ratio); first batch: "
+        f"median of {_STARTS.value} new iterators")
+  print("| data | pipeline | build (s) | S | batches/s (rounds) | ratio | first batch (ms) | ratio |")
+  print("|---|---|---|---|---|---|---|---|")
+  for data_name, (features, labels), names in (("60000 x 784", big, _SAMPLERS.value),
+                                               ("1257 x 64", small, _SAMPLERS.value[:2])):
+    baseline = shuffle_batch(features, labels)
+    pipelines = {name: repulsive(features, labels, name) for name in names}
+    rates = {name: [] for name in ["baseline", *names]}
+    for _ in range(_ROUNDS.value):
+      rates["baseline"].append(batches_per_second(baseline, _BATCHES.value))
+      for name, (dataset, _, _) in pipelines.items():
+        rates[name].append(batches_per_second(dataset, _BATCHES.value))
+    base_start = first_batch_ms(tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(
+        len(features)).batch(_BATCH_SIZE), _STARTS.value)
+    print(f"| {data_name} | shuffle(N).batch({_BATCH_SIZE}) | | | {_rounds(rates['baseline'])} | 1 | "
+          f"{base_start:.1f} | 1 |")
+    for name, (dataset, build, steps_per_draw) in pipelines.items():
+      ratio = np.median(np.asarray(rates[name]) / np.asarray(rates["baseline"]))
+      start = first_batch_ms(dataset, _STARTS.value)
+      print(f"| {data_name} | {name} | {build:.1f} | {steps_per_draw} | {_rounds(rates[name])} | {ratio:.2f} | "
+            f"{start:.1f} | {start / base_start:.2f} |", flush=True)
+
+
+def _rounds(rates):
+  return ", ".join(f"{rate:.0f}" for rate in rates)
+
+
+if __name__ == "__main__":
+  app.run(main)

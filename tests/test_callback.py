@@ -132,14 +132,14 @@ def test_anneal_starts_easy_then_follows_h(digits):
   values = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)
   h = np.bincount(values, minlength=6) / len(values)
   _, recorder = _fit(digits, tf_repulsive.AnnealPDS(), epochs=6, log_batches=True)  # steps 0..215
-  composition = {step: np.array([logs[f"sampler_mingling_{m}"] for m in range(6)])
+  mixes = {step: np.array([logs[f"sampler_mingling_{m}"] for m in range(6)])
                  for step, logs in recorder.batch_logs}
   logged_pi = {step: np.array([logs[f"sampler_pi_{m}"] for m in range(6)])
                for step, logs in recorder.batch_logs}
   for step in (0, 1, 50, 172, 215):
     np.testing.assert_allclose(logged_pi[step], tf_repulsive.anneal_pi(h, step), atol=1e-12)
-  early = np.mean([composition[step] for step in range(10)], axis=0)
-  late = np.mean([composition[step] for step in range(150, 216)], axis=0)
+  early = np.mean([mixes[step] for step in range(10)], axis=0)
+  late = np.mean([mixes[step] for step in range(150, 216)], axis=0)
   assert early[0] == 1.0  # only easy points in the first batches
   assert h[0] < 0.95
   def total_variation(p):
@@ -148,7 +148,7 @@ def test_anneal_starts_easy_then_follows_h(digits):
   last_epoch = recorder.epoch_logs[-1]
   np.testing.assert_allclose([last_epoch[f"sampler_pi_{m}"] for m in range(6)], logged_pi[215])
   np.testing.assert_allclose([last_epoch[f"sampler_mingling_{m}"] for m in range(6)],
-                             np.mean([composition[step] for step in range(180, 216)], axis=0))
+                             np.mean([mixes[step] for step in range(180, 216)], axis=0))
   assert last_epoch["sampler_fallback_batches"] == 0
 
 

@@ -116,7 +116,7 @@ def test_what_a_drawer_reports_reaches_stats_pi_and_logs():
   assert stats.radius == 0.25 and stats.mingling_agreement == 1.0
   np.testing.assert_allclose(batcher.pi(4), [0.5, 0.5])
   # Step 0 holds values 0, 1, 0; step 1 (points 7, 8, 9) holds 1, 0, 1.
-  np.testing.assert_allclose(batcher.compositions([0, 1]), [[2 / 3, 1 / 3], [1 / 3, 2 / 3]])
+  np.testing.assert_allclose(batcher.mingling_mixes([0, 1]), [[2 / 3, 1 / 3], [1 / 3, 2 / 3]])
 
 
 def test_build_must_return_a_batch_drawer():
@@ -173,5 +173,5 @@ def test_a_drawer_must_return_its_declared_shapes():
 
 def test_steps_per_draw_must_be_a_positive_int():
   batcher = tf_repulsive.repulsive_batch(3, ShiftedBlocks(steps_per_draw=0), seed=0, start_step=0)
-  with pytest.raises(ValueError, match="steps_per_draw must be an int >= 1"):
+  with pytest.raises(ValueError, match=r"Drawer.steps_per_draw` must be >= 1; got 0. It is the number of steps"):
     tf.data.Dataset.from_tensor_slices(np.arange(50.0)).apply(batcher)

@@ -87,7 +87,7 @@ def _overlapping_classes(size=20000, seed=0):
   return rng.normal(size=(size, 2)).astype(np.float32), rng.integers(0, 2, size).astype(np.int64)
 
 
-def _mingling_composition(batches, mingling_values, num_batches):
+def _mingling_mix(batches, mingling_values, num_batches):
   counts = np.zeros(6)
   for _, _, index in batches.take(num_batches).as_numpy_iterator():
     counts += np.bincount(mingling_values[index], minlength=6)
@@ -102,7 +102,7 @@ def test_dense_pds_with_tiny_radius_reproduces_pi():
   sampler = tf_repulsive.DensePDS(pi, radius=1e-6)
   batches = tf.data.Dataset.from_tensor_slices((features, labels, np.arange(len(labels)))).apply(
       tf_repulsive.repulsive_batch(50, sampler, label_fn=lambda x, y, index: y, seed=4, start_step=0))
-  counts = _mingling_composition(batches, mingling_values, 100)
+  counts = _mingling_mix(batches, mingling_values, 100)
   assert stats.chisquare(counts, counts.sum() * pi).pvalue > 1e-3
   # The same test rejects the data's own histogram: it has power.
   histogram = np.bincount(mingling_values, minlength=6) / len(mingling_values)
@@ -235,8 +235,8 @@ def test_mingling_mix_is_recorded_as_drawn_and_recomputed_otherwise(digits):
   expected = np.stack([np.bincount(values[index], minlength=6) / 50 for index in drawn])
   recompute = batcher.batch_indices
   batcher.batch_indices = None  # the drawn steps must be read from the record, not recomputed
-  np.testing.assert_allclose(batcher.compositions(range(10)), expected)
+  np.testing.assert_allclose(batcher.mingling_mixes(range(10)), expected)
   batcher.batch_indices = recompute
-  np.testing.assert_allclose(batcher.composition(5000),
+  np.testing.assert_allclose(batcher.mingling_mix(5000),
                              np.bincount(values[batcher.batch_indices(5000)], minlength=6) / 50)
-  assert _digits_pipeline(digits, tf_repulsive.VanillaPDS())[0].composition(0) is None
+  assert _digits_pipeline(digits, tf_repulsive.VanillaPDS())[0].mingling_mix(0) is None

@@ -7,8 +7,8 @@ Dense, Anneal PDS) and the annealing schedule, as a `tf.data` transformation.
 
 from tf_repulsive import diagnostics
 from tf_repulsive._active_bias import ActiveBias
-from tf_repulsive._active_bias import ActiveBiasCallback
 from tf_repulsive._active_bias import ActiveBiasState
+from tf_repulsive._callback import ActiveBiasCallback
 from tf_repulsive._callback import AnnealingCallback
 from tf_repulsive._callback import BatchStreamCallback
 from tf_repulsive._contract import BatchDrawer

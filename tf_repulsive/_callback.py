@@ -1,10 +1,16 @@
-"""Keras callbacks that start a batch stream at the optimizer's step; `AnnealingCallback` logs it."""
+"""The package's Keras callbacks: each starts a batch stream at the optimizer's step.
+
+`AnnealingCallback` also logs pi and the mingling mix; `ActiveBiasCallback` learns the weights of
+`ActiveBias`.
+"""
 
 from __future__ import annotations
 
 import keras
 import numpy as np
+import tensorflow as tf
 
+from tf_repulsive import _active_bias
 from tf_repulsive import _pipeline
 
 
@@ -19,6 +25,27 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   `fit` must be given `steps_per_epoch` (the stream is unbounded): `batcher.steps_per_epoch` for
   one pass's worth of batches per epoch.
+
+  Args:
+    batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
+
+  Example (a second `fit` continues the stream at the optimizer's step):
+
+  >>> import keras, numpy as np, tensorflow as tf, tf_repulsive
+  >>> x = np.random.default_rng(0).normal(size=(100, 2)).astype("float32")
+  >>> y = (x[:, 0] > 0).astype("int64")
+  >>> batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.VanillaPDS(), seed=0)
+  >>> batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+  >>> model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  >>> for _ in range(2):
+  ...   _ = model.fit(batches, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
+  ...                 callbacks=[tf_repulsive.BatchStreamCallback(batcher)])
+  >>> batcher.last_start(), int(model.optimizer.iterations)
+  (10, 20)
+
+  Raises:
+    TypeError: if `batcher` is not a `RepulsiveBatcher`.
   """
 
   def __init__(self, batcher: _pipeline.RepulsiveBatcher):
@@ -144,8 +171,106 @@ class AnnealingCallback(BatchStreamCallback):
     pi = batcher.pi(last_step)
     if pi is not None:
       logs.update({f"sampler_pi_{m}": float(p) for m, p in enumerate(pi)})
-    compositions = batcher.compositions(steps) if len(steps) else None
-    if compositions is not None:
-      composition = compositions.mean(axis=0)
-      logs.update({f"sampler_mingling_{m}": float(c) for m, c in enumerate(composition)})
+    mixes = batcher.mingling_mixes(steps) if len(steps) else None
+    if mixes is not None:
+      logs.update({f"sampler_mingling_{m}": float(share) for m, share in enumerate(mixes.mean(axis=0))})
     logs["sampler_fallback_batches"] = float(batcher.stats().fallback_batches)
+
+
+class ActiveBiasCallback(BatchStreamCallback):
+  """Records p(true label | x) for every training example after each epoch; updates the weights.
+
+  Also starts the batch stream at the optimizer's step (see `BatchStreamCallback`), so it is the
+  only callback an ActiveBias pipeline needs.
+
+  Differs from the paper in when predictions are recorded: once per epoch for all examples, in
+  inference mode, rather than for the examples of each mini-batch during its training step. Every
+  example then has the same history length and the weights change only between epochs, so all
+  batches of an epoch are drawn with one set of weights, except those drawn ahead of the epoch's
+  end by prefetching, which use the old weights.
+
+  Args:
+    batcher: the `repulsive_batch(..., ActiveBias())` batcher whose stream feeds `fit`.
+    from_logits: whether the model outputs logits (else probabilities).
+    batch_size: inference batch size for the per-epoch pass.
+    inputs: the model inputs of the training examples, in dataset order, for the per-epoch
+      pass. By default the first component of the dataset's (x, y[, ...]) elements; pass them
+      when the pipeline transforms batches after sampling (feature extraction, augmentation),
+      so that the stored elements are not what the model takes.
+
+  Example:
+
+  >>> import keras, numpy as np, tensorflow as tf, tf_repulsive
+  >>> x = np.random.default_rng(0).normal(size=(200, 2)).astype("float32")
+  >>> y = (x[:, 0] > 0).astype("int64")
+  >>> batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.ActiveBias(), seed=0)
+  >>> batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+  >>> model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  >>> callback = tf_repulsive.ActiveBiasCallback(batcher)
+  >>> history = model.fit(batches, epochs=3, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
+  ...                     callbacks=[callback])
+  >>> int(callback.state.epochs.numpy()), "active_bias_max_probability" in history.history
+  (3, True)
+
+  Raises:
+    TypeError: if `batcher` is not a batcher of an ActiveBias sampler.
+    ValueError: if the batcher has a fixed `start_step`.
+  """
+
+  def __init__(self, batcher: _pipeline.RepulsiveBatcher, from_logits: bool = True, batch_size: int = 1024,
+               inputs: np.ndarray | tf.Tensor | None = None):
+    super().__init__(batcher)
+    if not isinstance(batcher.sampler, _active_bias.ActiveBias):
+      raise TypeError(f"`batcher` must sample with ActiveBias(); it samples with {batcher.sampler!r}.")
+    if batcher.start_step is not None:
+      # The weights live in this process: the stream must run here, which the callback checks
+      # only for a stream it starts itself.
+      raise ValueError(
+          "ActiveBiasCallback needs a batcher built with start_step=None: the sampling weights it "
+          "updates live in this process, and it checks that the stream it starts runs here.")
+    self._from_logits = from_logits
+    self._batch_size = batch_size
+    self._inputs = inputs
+
+  @property
+  def state(self) -> _active_bias.ActiveBiasState:
+    """The checkpointable history and weights (available once the pipeline is built)."""
+    drawer = self._batcher.drawer
+    assert isinstance(drawer, _active_bias.WeightedDrawer)  # the constructor checked the sampler
+    return drawer.state
+
+  def on_train_begin(self, logs=None):
+    super().on_train_begin(logs)
+    self._training_inputs()  # Fails before the first epoch rather than after it.
+
+  def _training_inputs(self):
+    batcher = self._batcher
+    if self._inputs is None:
+      if not isinstance(batcher.elements, tuple) or len(batcher.elements) < 2:
+        raise ValueError("ActiveBiasCallback needs (x, y) elements with the model input first, or "
+                         "the model inputs of the training examples as `inputs`.")
+      return batcher.elements[0]
+    num_inputs = int(tf.nest.flatten(self._inputs)[0].shape[0])
+    if num_inputs != len(batcher.labels):
+      raise ValueError(f"`inputs` holds {num_inputs} examples but the sampled dataset has "
+                       f"{len(batcher.labels)}; pass the model inputs of every training example, "
+                       "in dataset order.")
+    return self._inputs
+
+  def on_epoch_end(self, epoch, logs=None):
+    inputs, labels = self._training_inputs(), self._batcher.labels
+    outputs = self.model.predict(inputs, batch_size=self._batch_size, verbose=0)
+    probabilities = tf.nn.softmax(outputs).numpy() if self._from_logits else np.asarray(outputs)
+    true_class = probabilities[np.arange(len(labels)), labels].astype(np.float64)
+    state = self.state
+    state.count.assign_add(np.ones_like(true_class))
+    state.total.assign_add(true_class)
+    state.total_sq.assign_add(true_class**2)
+    state.epochs.assign_add(1)
+    if int(state.epochs.numpy()) >= self._batcher.sampler.warmup_epochs:
+      state.weights.assign(_active_bias.prediction_variance_weights(
+          state.count.numpy(), state.total.numpy(), state.total_sq.numpy(), self._batcher.sampler.smoothness))
+    if logs is not None:
+      weights = state.weights.numpy()
+      logs["active_bias_max_probability"] = float(weights.max() / weights.sum())

@@ -7,11 +7,11 @@ exp(-|x - y|^2 / (2 sigma^2)) with the median heuristic for sigma by default, or
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _checks
 from tf_repulsive import _arrays
 from tf_repulsive import _progress
 from tf_repulsive import _radius
@@ -27,10 +27,7 @@ def _check_kernel(kernel: str, bandwidth: float | None) -> None:
   if kernel not in _KERNELS:
     raise ValueError(f"`kernel` must be one of {_KERNELS}; got {kernel!r}.")
   if bandwidth is not None:
-    if isinstance(bandwidth, bool) or not isinstance(bandwidth, numbers.Real):
-      raise TypeError(f"`bandwidth` must be a number or None (median heuristic); got {bandwidth!r}.")
-    if not np.isfinite(bandwidth) or bandwidth <= 0:
-      raise ValueError(f"`bandwidth` must be finite and > 0; got {bandwidth}.")
+    _checks.real(bandwidth, "bandwidth", positive=True, type_hint="a number or None (median heuristic)")
 
 
 def rbf_bandwidth(features: np.ndarray, bandwidth: float | None) -> float:

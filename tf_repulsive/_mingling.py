@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 
+from tf_repulsive import _checks
 from tf_repulsive import _progress
 
 # N * N * d up to which the search is exhaustive (a few seconds of BLAS on two cores).
@@ -72,8 +73,7 @@ def _validated(features: np.ndarray, labels: np.ndarray, neighbors: int) -> tupl
   if not np.issubdtype(labels.dtype, np.integer):
     raise TypeError(
         f"`labels` must be integer class ids; got dtype {labels.dtype}. Convert one-hot labels with argmax.")
-  if isinstance(neighbors, bool) or not isinstance(neighbors, (int, np.integer)):
-    raise TypeError(f"`neighbors` must be an int; got {neighbors!r}.")
+  _checks.integer(neighbors, "neighbors")
   if not 1 <= neighbors < features.shape[0]:
     raise ValueError(
         f"`neighbors` must be in [1, N) = [1, {features.shape[0]}); got {neighbors}. "

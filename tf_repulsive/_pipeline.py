@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import numbers
 import warnings
 from typing import Any, Callable
 
@@ -18,10 +17,13 @@ import numpy as np
 import tensorflow as tf
 
 from tf_repulsive import _arrays
+from tf_repulsive import _checks
 from tf_repulsive import _progress
 from tf_repulsive import _samplers
 
 _READ_CHUNK = 4096
+# In the error of an element whose shape differs from the first element's.
+_SHAPE_MISMATCH = "tf_repulsive: an element shape differs from that of the first element"
 _DEFAULT_MAX_ELEMENTS = 10_000_000
 _DEFAULT_DISTANCE_CACHE_BYTES = 512 * 2**20
 _KEY_SALT = 0x5EED
@@ -241,12 +243,12 @@ class RepulsiveBatcher:
     pi = np.asarray(pi, dtype=np.float64)
     return pi / pi.sum()
 
-  def composition(self, step: int) -> np.ndarray | None:
+  def mingling_mix(self, step: int) -> np.ndarray | None:
     """Fraction of the batch of `step` per mingling value, for samplers that compute them."""
-    mix = self.compositions([step])
+    mix = self.mingling_mixes([step])
     return None if mix is None else mix[0]
 
-  def compositions(self, steps) -> np.ndarray | None:
+  def mingling_mixes(self, steps) -> np.ndarray | None:
     """`[len(steps), K + 1]` fractions per mingling value, or None without mingling values.
 
     Read from what the pipeline recorded as it drew those steps in this process; steps it did not
@@ -326,11 +328,8 @@ class RepulsiveBatcher:
       raise TypeError(
           f"{type(sampler).__name__}.build must return a tf_repulsive.BatchDrawer (subclass it); got "
           f"{type(drawer).__name__}.")
-    steps_per_draw = drawer.steps_per_draw
-    if isinstance(steps_per_draw, bool) or not isinstance(steps_per_draw, numbers.Integral) or steps_per_draw < 1:
-      raise ValueError(
-          f"{type(drawer).__name__}.steps_per_draw must be an int >= 1 (the steps one draw covers); got "
-          f"{steps_per_draw!r}.")
+    _checks.integer(drawer.steps_per_draw, f"{type(drawer).__name__}.steps_per_draw", 1,
+                    hint="It is the number of steps one draw covers.")
     self._built = _Built(drawer, data)
     # A partial, not a lambda: TensorFlow counts traces per code object, and would call one trace
     # per batcher "retracing" after a few batchers.
@@ -447,10 +446,7 @@ def _checked_draw(drawer: _samplers.BatchDrawer, key: tf.Tensor, first_step: tf.
 
 
 def _check_step(step: Any) -> None:
-  if isinstance(step, bool) or not isinstance(step, numbers.Integral):
-    raise TypeError(f"`step` must be an int; got {step!r}.")
-  if step < 0:
-    raise ValueError(f"`step` must be >= 0; got {step}.")
+  _checks.integer(step, "step", 0)
 
 
 def _call_like_map(fn: Callable[..., Any], element: Any) -> Any:
@@ -659,7 +655,7 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
       return element, features
     return element, features, _as_label(_call_like_map(label_fn or _default_label, element))
 
-  chunks = dataset.map(extract).batch(_READ_CHUNK)
+  chunks = _of_one_shape(dataset.map(extract)).batch(_READ_CHUNK)
   total = cardinality if cardinality >= 0 else None
   description = ("reading the dataset" if total is not None
                  else f"reading the dataset (size unknown; at most max_elements = {max_elements})")
@@ -667,12 +663,11 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
     with _progress.bar(description, total, verbose) as progress:
       arrays = _stack_chunks(chunks.as_numpy_iterator(), total, max_elements, progress)
   except tf.errors.InvalidArgumentError as error:
-    if "Cannot add tensor to the batch" not in error.message and "different shapes" not in error.message:
+    if _SHAPE_MISMATCH not in error.message:
       raise
     raise ValueError(
         "elements (or the feature vectors of `feature_fn`) differ in shape across the dataset; "
-        f"they must have one shape to be batched. Pad or resize them first. ({error.message})"
-    ) from error
+        "they must have one shape to be batched. Pad or resize them first.") from error
   if not arrays:
     raise ValueError("the input dataset is empty; repulsive_batch needs at least batch_size elements.")
   structure = chunks.element_spec
@@ -684,6 +679,35 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
         f"{int(bad_rows.sum())} elements have NaN or infinite features (first at index "
         f"{int(np.argmax(bad_rows))}); clean them or pass a `feature_fn` that maps them to finite values.")
   return _Materialized(elements=read[0], features=features, labels=read[2] if needs_labels else None)
+
+
+def _of_one_shape(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  """`dataset` with every component checked against the first element's shape, where the spec leaves it open.
+
+  The check fails with `_SHAPE_MISMATCH` in its message, so that reading can tell ragged data from
+  any other failure without relying on the wording of TensorFlow's own errors.
+  """
+  specs = tf.nest.flatten(dataset.element_spec)
+  if all(spec.shape.is_fully_defined() for spec in specs):
+    return dataset
+  first = next(iter(dataset.take(1)), None)
+  if first is None:
+    return dataset  # empty: reported as such after reading
+  shapes = [tensor.shape for tensor in tf.nest.flatten(first)]
+
+  def checked(*parts):
+    flat = tf.nest.flatten(parts)
+    checks = []
+    for tensor, shape in zip(flat, shapes):
+      if not tensor.shape.is_fully_defined():
+        same = tf.logical_and(tf.equal(tf.rank(tensor), shape.rank),
+                              tf.reduce_all(tf.equal(tf.shape(tensor)[:shape.rank], shape.as_list())))
+        checks.append(tf.debugging.Assert(same, [_SHAPE_MISMATCH, tf.shape(tensor)]))
+    with tf.control_dependencies(checks):
+      flat = [tf.ensure_shape(tensor, shape) for tensor, shape in zip(flat, shapes)]
+    return tf.nest.pack_sequence_as(parts, flat)
+
+  return dataset.map(checked)
 
 
 def repulsive_batch(
@@ -752,20 +776,16 @@ def repulsive_batch(
   """
   for value, name, least in ((batch_size, "batch_size", 1), (max_elements, "max_elements", 1),
                              (distance_cache_bytes, "distance_cache_bytes", 0)):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-      raise TypeError(f"`{name}` must be an int; got {value!r}.")
-    if value < least:
-      raise ValueError(f"`{name}` must be >= {least}; got {value}.")
+    _checks.integer(value, name, least)
   if not isinstance(sampler, _samplers.Sampler):
     raise TypeError(
-        f"`sampler` must be a tf_repulsive sampler (Uniform, EpochShuffle, VanillaPDS, EasyPDS, "
-        f"DensePDS, AnnealPDS, KDPP, FastKDPP, ActiveBias, or a tf_repulsive.Sampler subclass of "
-        f"your own); got {sampler!r}.")
+        f"`sampler` must be a tf_repulsive sampler (an instance of a tf_repulsive.Sampler subclass, "
+        f"such as tf_repulsive.VanillaPDS(), or one of your own); got {sampler!r}.")
   for fn, name in ((feature_fn, "feature_fn"), (label_fn, "label_fn")):
     if fn is not None and not callable(fn):
       raise TypeError(f"`{name}` must be callable or None; got {fn!r}.")
-  if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-    raise TypeError(f"`seed` must be an int or None; got {seed!r}.")
+  if seed is not None:
+    _checks.integer(seed, "seed")
   if seed is not None and not -2**63 <= seed < 2**63:
     raise ValueError(f"`seed` must be a 64-bit integer, in [-2**63, 2**63 - 1]; got {seed}.")
   if start_step is not None:

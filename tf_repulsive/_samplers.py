@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _checks
 from tf_repulsive import _dart_throwing
 from tf_repulsive import _mingling
 from tf_repulsive import _radius
@@ -18,23 +18,15 @@ from tf_repulsive._contract import SamplingContext
 
 
 def _check_radius(radius: float | str | None) -> None:
-  if radius is None or radius == _radius.AUTO:
-    return
-  if isinstance(radius, bool) or not isinstance(radius, numbers.Real):
-    raise TypeError(
-        f"`radius` must be a number, \"auto\" or None (half the median distance); got {radius!r}.")
-  if not np.isfinite(radius) or radius < 0:
-    raise ValueError(f"`radius` must be finite and >= 0; got {radius}. Use None for the default.")
+  if radius is not None and radius != _radius.AUTO:
+    _checks.real(radius, "radius", positive=False,
+                 type_hint='a number, "auto" or None (half the median distance)')
 
 
 def _check_count(value: int | None, name: str) -> None:
   """`value` must be None or an int >= 1."""
-  if value is None:
-    return
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-    raise TypeError(f"`{name}` must be an int; got {value!r}.")
-  if value < 1:
-    raise ValueError(f"`{name}` must be >= 1; got {value}.")
+  if value is not None:
+    _checks.integer(value, name, 1)
 
 
 def _dart_budget(max_darts: int | None, batch_size: int) -> int:

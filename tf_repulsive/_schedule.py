@@ -7,6 +7,8 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _checks
+
 # A schedule maps (h, n) to the categorical distribution over mingling values used at step n.
 # h: float64 [K + 1] histogram of mingling values (sums to 1); n: int64 scalar global step.
 Schedule = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -51,10 +53,7 @@ def anneal_pi(h: np.ndarray, n: int) -> np.ndarray:
     TypeError: if `n` is not an int.
   """
   h = validate_histogram(h, "h")
-  if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-    raise TypeError(f"`n` must be an int (the iteration); got {n!r}.")
-  if n < 0:
-    raise ValueError(f"`n` must be >= 0; got {n}.")
+  n = _checks.integer(n, "n", 0)
   return paper_schedule(tf.constant(h), tf.constant(n, tf.int64)).numpy()
 
 

@@ -29,6 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _checks
 from tf_repulsive import _pipeline
 from tf_repulsive import _samplers
 
@@ -43,14 +44,6 @@ SamplerFactory = Callable[[], _samplers.Sampler]
 
 
 # ----------------------------------------------------------------------------- argument checks
-
-
-def _check_int(value: Any, name: str, least: int) -> int:
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-    raise TypeError(f"`{name}` must be an int; got {value!r}.")
-  if value < least:
-    raise ValueError(f"`{name}` must be >= {least}; got {value}.")
-  return int(value)
 
 
 def _check_gradients(gradients: Any) -> np.ndarray:
@@ -314,7 +307,7 @@ def uniform_variance(gradients: Any, batch_size: int) -> GradientVarianceReport:
     ValueError: for bad shapes, non-finite gradients, k outside [1, N].
   """
   gradients = _check_gradients(gradients)
-  k = _check_int(batch_size, "batch_size", 1)
+  k = _checks.integer(batch_size, "batch_size", 1)
   n = gradients.shape[0]
   if k > n:
     raise ValueError(f"`batch_size` = {k} exceeds the number of examples N = {n}.")
@@ -438,11 +431,11 @@ def pair_correlation(features: Any, batches: Any, r_bins: int | Sequence[float] 
     raise TypeError(f"`reference` must be 'uniform' or 'marginal'; got {reference!r}.")
   if reference not in ("uniform", "marginal"):
     raise ValueError(f"`reference` must be 'uniform' or 'marginal'; got {reference!r}.")
-  max_reference_pairs = _check_int(max_reference_pairs, "max_reference_pairs", 1)
-  _check_int(seed, "seed", 0)
+  max_reference_pairs = _checks.integer(max_reference_pairs, "max_reference_pairs", 1)
+  _checks.integer(seed, "seed", 0)
   edges = None  # for a bin count: known once the distances are
   if isinstance(r_bins, numbers.Integral) and not isinstance(r_bins, bool):
-    num_bins = _check_int(r_bins, "r_bins", 1)
+    num_bins = _checks.integer(r_bins, "r_bins", 1)
   elif isinstance(r_bins, (str, bool, numbers.Number)):
     raise TypeError(f"`r_bins` must be a bin count or a sequence of bin edges; got {r_bins!r}.")
   else:
@@ -577,13 +570,13 @@ def per_example_gradients(model: keras.Model, loss_fn: Callable[[Any, Any], Any]
   if y.ndim < 1 or y.shape[0] != x.shape[0]:
     raise ValueError(f"`y` must have one target per example ({x.shape[0]}); got shape {y.shape}.")
   if sketch_dim is not None:
-    _check_int(sketch_dim, "sketch_dim", 1)
-  _check_int(seed, "seed", 0)
+    _checks.integer(sketch_dim, "sketch_dim", 1)
+  _checks.integer(seed, "seed", 0)
   chosen = _resolve_variables(model, variables)
   num_parameters = sum(int(np.prod(variable.shape)) for variable in chosen)
   if chunk_size is None:
     chunk_size = max(1, min(_MAX_GRADIENT_CHUNK, _GRADIENT_CHUNK_BYTES // (4 * num_parameters)))
-  chunk_size = _check_int(chunk_size, "chunk_size", 1)
+  chunk_size = _checks.integer(chunk_size, "chunk_size", 1)
   sketch = None if sketch_dim is None else _count_sketch(num_parameters, sketch_dim, seed)
 
   def example_gradient(example):
@@ -631,8 +624,8 @@ def draw_batches(batcher: _pipeline.RepulsiveBatcher, num_batches: int, *, start
   """
   if not isinstance(batcher, _pipeline.RepulsiveBatcher):
     raise TypeError(f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
-  num_batches = _check_int(num_batches, "num_batches", 1)
-  start_step = _check_int(start_step, "start_step", 0)
+  num_batches = _checks.integer(num_batches, "num_batches", 1)
+  start_step = _checks.integer(start_step, "start_step", 0)
   return np.stack([batcher.batch_indices(step)
                    for step in range(start_step, start_step + num_batches)]).astype(np.int64)
 
@@ -684,10 +677,10 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
     raise TypeError(f"`samplers` must be a mapping name -> sampler or factory; got {samplers!r}.")
   if not samplers:
     raise ValueError("`samplers` is empty; give at least one sampler.")
-  batch_size = _check_int(batch_size, "batch_size", 1)
-  num_batches = _check_int(num_batches, "num_batches", 3)
-  seed = _check_int(seed, "seed", 0)
-  _check_int(start_step, "start_step", 0)
+  batch_size = _checks.integer(batch_size, "batch_size", 1)
+  num_batches = _checks.integer(num_batches, "num_batches", 3)
+  seed = _checks.integer(seed, "seed", 0)
+  _checks.integer(start_step, "start_step", 0)
   instances = {}
   for name, entry in samplers.items():
     sampler = entry if isinstance(entry, _samplers.Sampler) else entry() if callable(entry) else None
@@ -815,10 +808,10 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
   scales = [float(scale) for scale in scales]
   if not scales or any(not np.isfinite(scale) or scale <= 0 for scale in scales):
     raise ValueError(f"`scales` must be positive multiples of the calibrated radius; got {scales}.")
-  batch_size = _check_int(batch_size, "batch_size", 1)
-  num_batches = _check_int(num_batches, "num_batches", 3)
-  seed = _check_int(seed, "seed", 0)
-  _check_int(start_step, "start_step", 0)
+  batch_size = _checks.integer(batch_size, "batch_size", 1)
+  num_batches = _checks.integer(num_batches, "num_batches", 3)
+  seed = _checks.integer(seed, "seed", 0)
+  _checks.integer(start_step, "start_step", 0)
   labels = np.asarray(y)
   data = tf.data.Dataset.from_tensor_slices((np.asarray(x), labels))
 

@@ -1,0 +1,40 @@
+"""Argument checks shared by the public API: one wording for every int and number argument."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+
+def integer(value: Any, name: str, least: int | None = None, hint: str = "") -> int:
+  """`value` as an int, or TypeError (not an int, or a bool) / ValueError (below `least`).
+
+  Args:
+    value: the argument.
+    name: its name, as the caller wrote it.
+    least: the smallest allowed value; None for no bound.
+    hint: appended to the ValueError, e.g. how to choose a valid value.
+  """
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    raise TypeError(f"`{name}` must be an int; got {value!r}.")
+  if least is not None and value < least:
+    raise ValueError(f"`{name}` must be >= {least}; got {value}.{' ' + hint if hint else ''}")
+  return int(value)
+
+
+def real(value: Any, name: str, *, positive: bool, type_hint: str = "a number") -> float:
+  """`value` as a float, finite and > 0 (`positive`) or >= 0; TypeError / ValueError otherwise.
+
+  Args:
+    value: the argument.
+    name: its name, as the caller wrote it.
+    positive: whether 0 is excluded.
+    type_hint: what the TypeError says the argument must be (other accepted forms included).
+  """
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise TypeError(f"`{name}` must be {type_hint}; got {value!r}.")
+  number = float(value)
+  if not math.isfinite(number) or number < 0 or (positive and number == 0):
+    raise ValueError(f"`{name}` must be finite and {'>' if positive else '>='} 0; got {value}.")
+  return number

@@ -120,9 +120,25 @@ class _Search:
   def centred(self, rows) -> np.ndarray:
     return np.subtract(self.features[rows], self.mean, dtype=np.float32)
 
-  def distances(self, query_rows: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Squared distances less |query|^2 (the same along a row, so the order is unchanged)."""
-    return self.squared_norms[ids][None, :] - 2 * (query_rows @ rows.T)
+  def queries(self, rows) -> np.ndarray:
+    """The centred rows with a column of ones: the left factor of `distances`."""
+    ids = self.features[rows]
+    augmented = np.empty((len(ids), ids.shape[1] + 1), np.float32)
+    np.subtract(ids, self.mean, out=augmented[:, :-1])
+    augmented[:, -1] = 1.0
+    return augmented
+
+  def candidates(self, ids: np.ndarray) -> np.ndarray:
+    """The right factor of `distances`: -2 times the centred rows, with their squared norms."""
+    augmented = self.queries(ids)
+    augmented[:, :-1] *= -2.0
+    augmented[:, -1] = self.squared_norms[ids]
+    return augmented
+
+  @staticmethod
+  def distances(queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """Squared distances less |query|^2 (the same along a row, so the order is unchanged): one GEMM."""
+    return queries @ candidates.T
 
   def nearest(self, queries: np.ndarray, candidates: np.ndarray, wanted: int) -> np.ndarray:
     """`[len(queries), wanted]` ids: the `wanted` nearest `candidates` (at least that many), nearest first."""
@@ -130,13 +146,13 @@ class _Search:
     best_ids = np.zeros((len(queries), wanted), np.int64)
     candidate_step = min(len(candidates), _CANDIDATE_BLOCK)
     query_step = max(1, _BLOCK_ENTRIES // candidate_step)
-    query_rows = [self.centred(queries[start:start + query_step]) for start in range(0, len(queries), query_step)]
+    query_rows = [self.queries(queries[start:start + query_step]) for start in range(0, len(queries), query_step)]
     for candidate_start in range(0, len(candidates), candidate_step):
       ids = candidates[candidate_start:candidate_start + candidate_step]
-      rows = self.centred(ids)
+      rows = self.candidates(ids)
       for block, start in enumerate(range(0, len(queries), query_step)):
         _keep_nearest(best_distances, best_ids, slice(start, start + query_step),
-                      self.distances(query_rows[block], ids, rows), ids)
+                      self.distances(query_rows[block], rows), ids)
     return np.take_along_axis(best_ids, np.argsort(best_distances, axis=1), axis=1)
 
 
@@ -178,17 +194,24 @@ class _Clusters:
     """`[len(rows), count]` int32 ids of the `count` centroids nearest to each row, nearest first."""
     norms = np.einsum("ij,ij->i", centroids, centroids)
     distances = norms[None, :] - 2 * rows @ centroids.T
-    if count < len(centroids):
+    return _Clusters._nearest_columns(distances, count)
+
+  @staticmethod
+  def _nearest_columns(distances: np.ndarray, count: int) -> np.ndarray:
+    """`[rows, count]` int32 columns of the `count` smallest `distances` per row, smallest first."""
+    if count < distances.shape[1]:
       nearest = np.argpartition(distances, count - 1, axis=1)[:, :count]
     else:
-      nearest = np.broadcast_to(np.arange(len(centroids)), distances.shape)
+      nearest = np.broadcast_to(np.arange(distances.shape[1]), distances.shape)
     order = np.argsort(np.take_along_axis(distances, nearest, axis=1), axis=1)
     return np.take_along_axis(nearest, order, axis=1).astype(np.int32)
 
   def nearest(self, ids: np.ndarray, count: int) -> np.ndarray:
     """`[len(ids), count]` the clusters nearest to the points `ids`, nearest first."""
+    centroids = np.concatenate([-2.0 * self.centroids, np.einsum("ij,ij->i", self.centroids, self.centroids)[:, None]],
+                               axis=1).astype(np.float32)
     return np.concatenate([
-        self._by_distance(self._search.centred(ids[start:start + _QUERY_CHUNK]), self.centroids, count)
+        self._nearest_columns(self._search.queries(ids[start:start + _QUERY_CHUNK]) @ centroids.T, count)
         for start in range(0, len(ids), _QUERY_CHUNK)])
 
   def nearest_neighbors(self, probes: int, progress) -> np.ndarray:
@@ -211,11 +234,11 @@ class _Clusters:
         ids = members[member_starts[cluster]:member_starts[cluster + 1]]
         queries = queries_of(cluster)
         if len(ids) and len(queries):
-          rows = search.centred(ids)
+          rows = search.candidates(ids)
           step = max(1, _BLOCK_ENTRIES // len(ids))
           for start in range(0, len(queries), step):
             block = queries[start:start + step]
-            _keep_nearest(best_distances, best_ids, block, search.distances(search.centred(block), ids, rows), ids)
+            _keep_nearest(best_distances, best_ids, block, search.distances(search.queries(block), rows), ids)
         progress.update(len(ids) / 2)
     return best_ids
 

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import csv
 import pathlib
-import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from absl import app
-from absl import flags
 import keras
 import numpy as np
 import tensorflow as tf
@@ -24,34 +21,6 @@ SAMPLER_NAMES = ("uniform", "epoch_shuffle", "vanilla_pds", "easy_pds", "dense_p
 # The paper's baselines, also accepted by --sampler.
 BASELINE_NAMES = ("kdpp", "fast_kdpp", "active_bias")
 ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES
-
-_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
-
-
-def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues) -> None:
-  """`app.run` for a binary whose flags live in its own `FlagValues`.
-
-  Each example keeps its flags out of absl's global registry so that several examples can be
-  imported into one process (the test suite) without duplicate-flag errors.
-  """
-
-  def parse(argv: list[str]) -> list[str]:
-    # absl's own help flags would list only the global registry.
-    if any(arg in _HELP_FLAGS for arg in argv[1:]):
-      print((sys.modules["__main__"].__doc__ or "").strip() + "\n")
-      print(f"flags of {pathlib.Path(argv[0]).name}:\n{flag_values.get_help(include_special_flags=False)}")
-      if "--helpfull" in argv[1:]:
-        print(f"\nabsl flags:\n{flags.FLAGS.get_help()}")
-      sys.exit(0)
-    try:
-      # The binary's own flags first; absl's global ones (--verbosity, --helpfull ...) get the
-      # rest and reject anything unknown.
-      return flags.FLAGS(flag_values(argv, known_only=True))
-    except flags.Error as error:
-      sys.exit(f"FATAL Flags parsing error: {error}")
-
-  app.run(main, flags_parser=parse)
-
 
 _RADIUS_HELP = "Disk radius: default (half the median distance), auto, or a number."
 

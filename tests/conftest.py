@@ -1,21 +1,15 @@
-"""Shared fixtures. TensorFlow's C++ logging is silenced before it is imported."""
+"""Shared fixtures and helpers. The repository root's conftest.py quiets TensorFlow's logging first."""
 
 import importlib
-import os
-import pathlib
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# The example binaries are tested as modules: `import mnist_deep`, `from speech_commands import ...`.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow as tf
+from sklearn import datasets as sk_datasets
 
-from absl import flags  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from sklearn import datasets as sk_datasets  # noqa: E402
-
-import tf_repulsive  # noqa: E402
+import tf_repulsive
 
 # Four logical CPUs, for the MirroredStrategy tests; must be set before TensorFlow initialises.
 tf.config.set_logical_device_configuration(

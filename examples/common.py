@@ -1,18 +1,17 @@
-"""Shared pieces of the example binaries: sampler choice and evaluation along training."""
+"""What several examples share: the samplers by name, evaluation along training, tables, plots, timers."""
 
 from __future__ import annotations
 
 import csv
 import pathlib
-import sys
-from typing import Any, Callable, Sequence
+import time
+from typing import Any, Callable, Iterator, Sequence
 
-from absl import app
-from absl import flags
 import keras
 import numpy as np
 import tensorflow as tf
 
+from examples import settings
 import tf_repulsive
 
 # --sampler values: the two uniform baselines (the paper's independent batches; one pass per epoch,
@@ -23,32 +22,7 @@ SAMPLER_NAMES = ("uniform", "epoch_shuffle", "vanilla_pds", "easy_pds", "dense_p
 BASELINE_NAMES = ("kdpp", "fast_kdpp", "active_bias")
 ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES
 
-_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
-
-
-def run(main: Callable[[list[str]], Any], flag_values: flags.FlagValues) -> None:
-  """`app.run` for a binary whose flags live in its own `FlagValues`.
-
-  Each example keeps its flags out of absl's global registry so that several examples can be
-  imported into one process (the test suite) without duplicate-flag errors.
-  """
-
-  def parse(argv: list[str]) -> list[str]:
-    # absl's own help flags would list only the global registry.
-    if any(arg in _HELP_FLAGS for arg in argv[1:]):
-      print((sys.modules["__main__"].__doc__ or "").strip() + "\n")
-      print(f"flags of {pathlib.Path(argv[0]).name}:\n{flag_values.get_help(include_special_flags=False)}")
-      if "--helpfull" in argv[1:]:
-        print(f"\nabsl flags:\n{flags.FLAGS.get_help()}")
-      sys.exit(0)
-    try:
-      # The binary's own flags first; absl's global ones (--verbosity, --helpfull ...) get the
-      # rest and reject anything unknown.
-      return flags.FLAGS(flag_values(argv, known_only=True))
-    except flags.Error as error:
-      sys.exit(f"FATAL Flags parsing error: {error}")
-
-  app.run(main, flags_parser=parse)
+_RADIUS_HELP = "Disk radius: default (half the median distance), auto, or a number."
 
 
 def parse_radius(text: str) -> float | str | None:
@@ -62,6 +36,11 @@ def parse_radius(text: str) -> float | str | None:
   if not radius > 0:
     raise ValueError(f"--radius must be 'default', 'auto' or a number > 0; got {text!r}.")
   return radius
+
+
+def radius_setting(default: str = "default", help: str = _RADIUS_HELP) -> Any:
+  """A disk-radius field of a settings dataclass: its flag takes the text `parse_radius` reads."""
+  return settings.setting(default, help, parse=parse_radius)
 
 
 def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = None,
@@ -175,3 +154,90 @@ class PeriodicEvaluation(keras.callbacks.Callback):
 
   def on_train_end(self, logs=None):
     self._evaluate()
+
+
+def mean_std(values: Sequence[float] | np.ndarray, ddof: int = 1) -> tuple[float, float]:
+  """Mean and standard deviation (ddof=1: of a sample, e.g. over seeds; 0 for a single value)."""
+  values = np.asarray(values, dtype=np.float64)
+  return float(values.mean()), float(values.std(ddof=ddof)) if values.size > ddof else 0.0
+
+
+def mean_std_text(values: Sequence[float] | np.ndarray, digits: int = 4, ddof: int = 1) -> str:
+  """The text `mean ± std` of `values`, with `digits` decimals (see `mean_std`)."""
+  mean, std = mean_std(values, ddof)
+  return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  """A markdown table of string cells."""
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def pyplot() -> Any:
+  """matplotlib's pyplot on the file-only Agg backend; imported here, when a plot is written."""
+  import matplotlib
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt
+  return plt
+
+
+def plot_curve(steps: Sequence[int], values: Sequence[float], path: str | pathlib.Path, ylabel: str,
+               title: str, yscale: str = "linear") -> None:
+  """One metric against the training step, as a PNG."""
+  plt = pyplot()
+  figure, axis = plt.subplots(figsize=(6, 4))
+  axis.plot(steps, values, marker=".")
+  axis.set(xlabel="training step", ylabel=ylabel, title=title, yscale=yscale)
+  axis.grid(True, which="both", alpha=0.3)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  plt.close(figure)
+
+
+def plot_mean_curves(curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], path: str | pathlib.Path,
+                     ylabel: str, title: str, yscale: str = "linear") -> None:
+  """Mean curves over seeds, shaded ± one standard deviation, as a PNG.
+
+  Args:
+    curves: legend label -> (training steps, mean, std), one entry per sampler.
+    path: the PNG.
+    ylabel: the metric.
+    title: the figure title.
+    yscale: "linear" or "log".
+  """
+  plt = pyplot()
+  figure, axis = plt.subplots(figsize=(7, 4.5))
+  for label, (steps, mean, std) in curves.items():
+    axis.plot(steps, mean, label=label)
+    axis.fill_between(steps, mean - std, mean + std, alpha=0.15)
+  axis.set(xlabel="training step", ylabel=ylabel, title=title, yscale=yscale)
+  axis.grid(True, which="both", alpha=0.3)
+  axis.legend()
+  figure.tight_layout()
+  figure.savefig(path, dpi=110)
+  plt.close(figure)
+
+
+def seconds_per_element(iterator: Iterator[Any], count: int) -> tuple[float, float]:
+  """Wall and process-CPU seconds per element over the next `count` elements of `iterator`."""
+  wall, cpu = time.perf_counter(), time.process_time()
+  for _ in range(count):
+    next(iterator)
+  return (time.perf_counter() - wall) / count, (time.process_time() - cpu) / count
+
+
+def flowers_like_features(seed: int, label_weight: float, num_points: int = 8189,
+                          feature_dim: int = 4096, num_classes: int = 102) -> np.ndarray:
+  """The paper's Table 1 setting (Oxford Flowers): `[num_points, feature_dim + num_classes]` float32.
+
+  Clustered non-negative unit-norm "off-the-shelf" features, weighted 1 - `label_weight`, with the
+  one-hot label appended, weighted `label_weight`, as in the paper's appendix.
+  """
+  rng = np.random.default_rng(seed)
+  labels = rng.integers(0, num_classes, num_points)
+  centers = rng.gamma(0.5, 1.0, size=(num_classes, feature_dim))
+  images = np.maximum(centers[labels] + rng.normal(0.0, 1.0, size=(num_points, feature_dim)), 0.0)
+  images /= np.linalg.norm(images, axis=1, keepdims=True)
+  one_hot = np.eye(num_classes)[labels]
+  return np.concatenate([(1 - label_weight) * images, label_weight * one_hot], axis=1).astype(np.float32)

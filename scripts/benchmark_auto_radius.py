@@ -1,6 +1,6 @@
 """radius="auto" against the default radius: the radius, fills, build time and batches/s.
 
-  PYTHONPATH=.:examples .venv/bin/python scripts/benchmark_auto_radius.py [speech_data_dir]
+  PYTHONPATH=. .venv/bin/python scripts/benchmark_auto_radius.py [speech_data_dir]
 
 Data: scikit-learn's digits (1797 x 64, k = 50), the paper's sine boundary (3000 x 2, k = 30)
 and, given the generated speech dataset's directory, the MFCCs of its training clips (k = 100).
@@ -28,7 +28,7 @@ def datasets(speech_dir):
   points = np.random.default_rng(0).uniform(-1, 1, (3000, 2)).astype(np.float32)
   yield "sine boundary", points, (points[:, 1] > 0.5 * np.sin(2 * np.pi * points[:, 0])).astype(np.int64), 30
   if speech_dir:
-    from speech_commands import input_data
+    from examples.speech_commands import input_data
 
     settings = input_data.AudioSettings()
     words = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")

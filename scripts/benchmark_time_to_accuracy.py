@@ -1,6 +1,6 @@
 """Wall-clock to a target test error on the Deep-MNIST digits runs, and the sampler's share of a step.
 
-  PYTHONPATH=.:examples .venv/bin/python scripts/benchmark_time_to_accuracy.py \
+  PYTHONPATH=. .venv/bin/python scripts/benchmark_time_to_accuracy.py \
       --runs=uniform=runs/mnist_deep_digits/uniform,vanilla_pds@auto=runs/digits_auto/vanilla_pds \
       --target_error=0.03
 
@@ -28,8 +28,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import common  # noqa: E402
-import mnist_deep  # noqa: E402
+from examples import common  # noqa: E402
+from examples.mnist_deep import train as mnist_deep  # noqa: E402
 import tf_repulsive  # noqa: E402
 
 _RUNS = flags.DEFINE_list("runs", None, "sampler[@radius]=run directory holding seed_*/eval.csv, ...",

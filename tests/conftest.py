@@ -1,19 +1,15 @@
-"""Shared fixtures. TensorFlow's C++ logging is silenced before it is imported."""
+"""Shared fixtures and helpers. The repository root's conftest.py quiets TensorFlow's logging first."""
 
-import os
-import pathlib
+import importlib
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# The example binaries are tested as modules: `import mnist_deep`, `from speech_commands import ...`.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow as tf
+from sklearn import datasets as sk_datasets
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from sklearn import datasets as sk_datasets  # noqa: E402
-
-import tf_repulsive  # noqa: E402
+import tf_repulsive
 
 # Four logical CPUs, for the MirroredStrategy tests; must be set before TensorFlow initialises.
 tf.config.set_logical_device_configuration(
@@ -59,3 +55,34 @@ def check_auto_radius(batcher, batches, sampler):
     if isinstance(sampler, tf_repulsive.EasyPDS):
       points = points[has_disk[batcher.batch_indices(step)]]
     assert pairwise_distances(points).min() >= radius
+
+
+@pytest.fixture
+def absl_flags():
+  """absl's global flag registry; the flags defined during the test are removed after it."""
+  known = set(flags.FLAGS)
+  yield flags.FLAGS
+  flags.FLAGS.unparse_flags()
+  for name in set(flags.FLAGS) - known:
+    delattr(flags.FLAGS, name)
+
+
+@pytest.fixture
+def example_main(absl_flags):
+  """Imports an example program (e.g. "examples.synthetic.main") and parses command-line `args`.
+
+  As in `python -m`, the program defines its flags in absl's global registry when imported. The
+  flags and the module are gone after the test, so that the next test can import a program whose
+  flags share names with this one's (--seed, --workdir ...).
+  """
+  imported = []
+
+  def load(module_name, *args):
+    module = importlib.import_module(module_name)
+    imported.append(module_name)
+    absl_flags([module_name, *args])
+    return module
+
+  yield load
+  for module_name in imported:
+    sys.modules.pop(module_name, None)

@@ -1,7 +1,6 @@
 """Theorem-1 diagnostics: estimators against closed forms, per-example gradients by hand, g(r)."""
 
 import itertools
-import pathlib
 import types
 
 import keras
@@ -12,7 +11,6 @@ import tensorflow as tf
 import tf_repulsive
 from tf_repulsive import diagnostics
 
-_REPO = pathlib.Path(__file__).resolve().parents[1]
 _K = 20
 _DRAWS = 200
 
@@ -351,29 +349,6 @@ def test_bad_arguments_name_the_argument(tiny, case):
     call(tiny)
 
 
-# ----------------------------------------------------------------------------- example binary
-
-
-def test_gradient_diagnostics_example_smoke(tmp_path):
-  import gradient_diagnostics
-
-  config = gradient_diagnostics.Config(
-      train_fraction=0.15, samplers=("uniform", "vanilla_pds", "anneal_pds"), batch_size=10,
-      num_batches=5, train_steps=2, variables="last_layer", sketch_dim=64, r_bins=8,
-      output_dir=str(tmp_path))
-  lines = []
-  outcome = gradient_diagnostics.run(config, log=lines.append)
-  assert set(outcome.variance) == {"initialisation", "after 2 steps"}
-  for result in outcome.variance.values():
-    assert list(result.reports) == ["uniform", "vanilla_pds", "anneal_pds"]
-    assert "count sketch to 64 dims" in result.gradient_space
-  assert set(outcome.pair_correlation) == {"uniform", "vanilla_pds", "anneal_pds"}
-  text = "\n".join(lines)
-  assert "total/unif" in text and "last layer" in text
-  for name in ("pair_correlation.png", "variance_split.png", "variance.txt"):
-    assert (tmp_path / name).stat().st_size > 0
-
-
 @pytest.fixture(scope="module")
 def digit_sweep(digits):
   x, y = digits
@@ -417,30 +392,3 @@ def test_radius_sweep_bad_arguments(digits, kwargs, error, message):
   x, y = digits
   with pytest.raises(error, match=message):
     diagnostics.radius_sweep(_linear_softmax(), _XENT, x[:200], y[:200], 10, num_batches=3, **kwargs)
-
-
-def test_radius_sweep_example_smoke(tmp_path):
-  import radius_sweep
-
-  config = radius_sweep.Config(
-      train_fraction=0.15, sampler="anneal_pds", scales=(0.5, 1.0), batch_size=10, num_batches=4,
-      train_steps=2, variables="last_layer", sketch_dim=64, output_dir=str(tmp_path))
-  lines = []
-  sweeps = radius_sweep.run(config, log=lines.append)
-  assert list(sweeps) == ["initialisation", "after 2 steps"]
-  for sweep in sweeps.values():
-    assert {report.label for report in sweep.reports} == {"0.5 x auto", "auto", "default"}
-  assert "fill" in "\n".join(lines)
-  for name in ("sweep.txt", "radius_sweep.png"):
-    assert (tmp_path / name).stat().st_size > 0
-
-
-def test_radius_sweep_flagfile_parses():
-  import radius_sweep
-
-  try:
-    radius_sweep.FLAGS(["radius_sweep", f"--flagfile={_REPO / 'configs' / 'radius_sweep.flags'}"])
-    config = radius_sweep.config_from_flags()
-  finally:
-    radius_sweep.FLAGS.unparse_flags()
-  assert config.scales == (0.25, 0.5, 0.75, 1.0, 1.25) and config.sampler == "vanilla_pds"

@@ -7,13 +7,13 @@
 # (default runs/speech_commands), which receives <sampler>_seed<seed>/ per run.
 # Runs that already have results.json are skipped, so an interrupted experiment resumes.
 set -euo pipefail
+# From the repository root, where `python -m examples...` finds the examples and the package.
 cd "$(dirname "$0")/../.."
 SEEDS=${1:-3}
 PYTHON=${PYTHON:-.venv/bin/python}
 CONFIG=${CONFIG:-configs/speech_commands.flags}
 SAMPLERS=${SAMPLERS:-uniform epoch_shuffle vanilla_pds easy_pds dense_pds anneal_pds}
 RUNS_DIR=${RUNS_DIR:-runs/speech_commands}
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 for seed in $(seq 1 "$SEEDS"); do
   for sampler in $SAMPLERS; do
     workdir=$RUNS_DIR/${sampler}_seed${seed}
@@ -22,9 +22,9 @@ for seed in $(seq 1 "$SEEDS"); do
     fi
     echo "$(date +%T) $sampler seed $seed"
     mkdir -p "$workdir"
-    "$PYTHON" examples/speech_commands/train.py --flagfile="$CONFIG" \
+    "$PYTHON" -m examples.speech_commands.main --flagfile="$CONFIG" \
         --sampler="$sampler" --seed="$seed" --workdir="$workdir" --verbose=2 > "$workdir/train.log" 2>&1
     tail -n 1 "$workdir/train.log"
   done
 done
-"$PYTHON" examples/speech_commands/summarize.py --runs_dir="$RUNS_DIR"
+"$PYTHON" -m examples.speech_commands.summarize --runs_dir="$RUNS_DIR"

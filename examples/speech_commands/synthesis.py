@@ -23,11 +23,11 @@ import shutil
 import subprocess
 import tempfile
 import wave
-from typing import Sequence
 
 import numpy as np
 
-from speech_commands import input_data
+from examples import settings
+from examples.speech_commands import input_data
 
 # The v0.02 target words and ten of its auxiliary words (the `_unknown_` pool).
 TARGET_WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
@@ -194,74 +194,81 @@ class Summary:
   split_counts: dict[str, int]  # clips per partition of the hash split
 
 
-def generate(data_dir: str | pathlib.Path, *, num_speakers: int = 200,
-             target_words: Sequence[str] = TARGET_WORDS,
-             unknown_words: Sequence[str] = UNKNOWN_WORDS, unknown_words_per_speaker: int = 3,
-             max_repetitions: int = 2, noise_seconds: float = 30.0,
-             validation_percentage: float = 10.0, testing_percentage: float = 10.0,
-             seed: int = 0, workers: int = 2) -> Summary:
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig(settings.Settings):
+  """What `generate` writes: the speakers, words and split."""
+
+  num_speakers: int = settings.setting(
+      200, "Speakers (espeak-ng voice, pitch, speed); each says every target word 1 to --max_repetitions "
+      "times and --unknown_words_per_speaker other words once.", minimum=1)
+  max_repetitions: int = settings.setting(2, "Most takes of a target word per speaker.", minimum=1)
+  unknown_words_per_speaker: int = settings.setting(3, "Non-target words each speaker says.", minimum=0)
+  target_words: tuple[str, ...] = settings.setting(TARGET_WORDS, "Target words.")
+  # The TF recipe uses only unknown_percentage of the set size from this pool, so a smaller pool
+  # than the real one's costs nothing.
+  unknown_words: tuple[str, ...] = settings.setting(UNKNOWN_WORDS, "Non-target words (the _unknown_ pool).")
+  noise_seconds: float = settings.setting(30.0, "Length of each background noise wav.", greater_than=0.0)
+  validation_percentage: float = settings.setting(10.0, "Hash-split share written to validation_list.txt.",
+                                                  minimum=0.0, maximum=100.0)
+  testing_percentage: float = settings.setting(10.0, "Hash-split share written to testing_list.txt.",
+                                               minimum=0.0, maximum=100.0)
+  seed: int = settings.setting(0, "Seed of speakers, takes and noise: the dataset is a pure function of the "
+                               "settings.")
+  workers: int = settings.setting(2, "Concurrent espeak-ng / sox processes.", minimum=1)
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.unknown_words_per_speaker > len(self.unknown_words):
+      raise ValueError(
+          f"--unknown_words_per_speaker must be <= {len(self.unknown_words)}, the number of --unknown_words; "
+          f"got {self.unknown_words_per_speaker}.")
+
+
+def generate(data_dir: str | pathlib.Path, config: DatasetConfig = DatasetConfig()) -> Summary:
   """Writes the dataset; every speaker says every target word and a few unknown words.
 
   Args:
     data_dir: output directory, best empty (created; files of the same names are overwritten,
       other wavs would join the dataset).
-    num_speakers: number of speakers (see `choose_speakers`).
-    target_words: words every speaker says (1 to `max_repetitions` takes each).
-    unknown_words: auxiliary words; each speaker says `unknown_words_per_speaker` of them, once.
-      The TF recipe uses only unknown_percentage of the set size from this pool, so a smaller
-      pool than the real one's costs nothing.
-    unknown_words_per_speaker: see above.
-    max_repetitions: takes per target word and speaker are drawn from 1..max_repetitions.
-    noise_seconds: length of each background noise file.
-    validation_percentage: written into validation_list.txt by the hash split.
-    testing_percentage: written into testing_list.txt by the hash split.
-    seed: the dataset is a pure function of the arguments and this seed.
-    workers: concurrent espeak-ng / sox processes.
+    config: the speakers, words and split.
 
   Returns:
     A `Summary` of the written clips.
 
   Raises:
     RuntimeError: if espeak-ng or sox is missing.
-    ValueError: for inconsistent arguments.
   """
   check_tools()
-  if not 0 <= unknown_words_per_speaker <= len(unknown_words):
-    raise ValueError(
-        f"unknown_words_per_speaker must be in [0, {len(unknown_words)}]; got "
-        f"{unknown_words_per_speaker}.")
-  if max_repetitions < 1:
-    raise ValueError(f"max_repetitions must be >= 1; got {max_repetitions}.")
   data_dir = pathlib.Path(data_dir)
-  speakers = choose_speakers(num_speakers, seed)
-  rng = np.random.default_rng([seed, 2])
+  speakers = choose_speakers(config.num_speakers, config.seed)
+  rng = np.random.default_rng([config.seed, 2])
   jobs = []
   for speaker in speakers:
-    for word in target_words:
-      jobs += [(word, speaker, n) for n in range(int(rng.integers(1, max_repetitions + 1)))]
-    spoken = rng.choice(len(unknown_words), size=unknown_words_per_speaker, replace=False)
-    jobs += [(unknown_words[i], speaker, 0) for i in sorted(spoken)]
+    for word in config.target_words:
+      jobs += [(word, speaker, n) for n in range(int(rng.integers(1, config.max_repetitions + 1)))]
+    spoken = rng.choice(len(config.unknown_words), size=config.unknown_words_per_speaker, replace=False)
+    jobs += [(config.unknown_words[i], speaker, 0) for i in sorted(spoken)]
 
   split_lists: dict[str, list[str]] = {"validation": [], "testing": [], "training": []}
   with tempfile.TemporaryDirectory() as tmp, \
-      concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+      concurrent.futures.ThreadPoolExecutor(max_workers=config.workers) as pool:
     workdir = pathlib.Path(tmp)
 
     def write(job):
       word, speaker, repetition = job
       name = f"{word}/{speaker.hash_name}_nohash_{repetition}.wav"
       scratch = workdir / name.replace("/", "_")
-      _write_wav(data_dir / name, _clip(word, speaker, repetition, seed, scratch))
+      _write_wav(data_dir / name, _clip(word, speaker, repetition, config.seed, scratch))
       return name
 
     for name in pool.map(write, jobs):
-      subset = input_data.which_set(name, validation_percentage, testing_percentage)
+      subset = input_data.which_set(name, config.validation_percentage, config.testing_percentage)
       split_lists[subset].append(name)
 
-  noise_rng = np.random.default_rng([seed, 3])
+  noise_rng = np.random.default_rng([config.seed, 3])
   for kind in NOISE_KINDS:
     _write_wav(data_dir / input_data.BACKGROUND_NOISE_DIR_NAME / f"{kind}.wav",
-               _noise(kind, noise_seconds, noise_rng))
+               _noise(kind, config.noise_seconds, noise_rng))
   for subset, file_name in (("validation", "validation_list.txt"), ("testing", "testing_list.txt")):
     (data_dir / file_name).write_text("".join(f"{name}\n" for name in sorted(split_lists[subset])))
   return Summary(clips=len(jobs), speakers=len(speakers),

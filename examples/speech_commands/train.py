@@ -2,12 +2,8 @@ r"""Simple Audio Recognition (TF's speech_commands "conv" model) with repulsive 
 
 The paper's speech experiment (section 5): TensorFlow's audio recognition tutorial with its
 standard settings, the mini-batches drawn by a repulsive point process on the 98 x 40 MFCC
-features instead of uniformly. Every flag default is the TF tutorial's; `--sampler` picks the
+features instead of uniformly. Every setting's default is the TF tutorial's; `sampler` picks the
 mini-batch sampler.
-
-  python examples/speech_commands/generate_data.py --data_dir=runs/speech_commands/data
-  python examples/speech_commands/train.py --flagfile=configs/speech_commands.flags \
-      --sampler=vanilla_pds --seed=1
 
 Sampling meets augmentation. TF's training recipe augments every example every time it is drawn
 (time shift up to 100 ms, background noise in 80% of the examples, fresh noise for silence), so the
@@ -39,8 +35,8 @@ fixed noise clips in every partition (see input_data.py); a uniform batch holds 
 (TF draws with replacement); the split comes from validation_list.txt / testing_list.txt when the
 dataset has them.
 
-Writes to --workdir: `validation_curve.csv` (step, validation loss and accuracy every
---eval_step_interval steps), `validation_curve.png`, `tensorboard/` (train loss, accuracy,
+Writes to the workdir: `validation_curve.csv` (step, validation loss and accuracy every
+`eval_step_interval` steps), `validation_curve.png`, `tensorboard/` (train loss, accuracy,
 learning rate, the sampler's pi and mingling composition per interval; validation curve) and
 `results.json` (final validation and test accuracy, sizes, mingling histogram, wall time).
 """
@@ -50,75 +46,65 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import pathlib
-import sys
 import time
 from typing import Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from absl import logging
+import keras
+import numpy as np
+import tensorflow as tf
 
-if __package__ in (None, ""):
-  # Run as a script: make `examples/` importable (for `common` and this package).
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
-import keras  # noqa: E402
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-from matplotlib import pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import common  # noqa: E402
-from speech_commands import input_data  # noqa: E402
-from speech_commands import models  # noqa: E402
-from speech_commands import synthesis  # noqa: E402
-import tf_repulsive  # noqa: E402
+from examples import common
+from examples import settings
+from examples.speech_commands import input_data
+from examples.speech_commands import models
+from examples.speech_commands import synthesis
+import tf_repulsive
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-  """Training settings; the defaults are the TF tutorial's (tensorflow/examples/speech_commands)."""
+class Config(settings.Settings):
+  """Training settings; the defaults and help texts are the TF tutorial's (tensorflow/examples/speech_commands)."""
 
-  data_dir: str = "/tmp/speech_dataset/"
-  generate: bool = False
-  wanted_words: tuple[str, ...] = synthesis.TARGET_WORDS
-  sample_rate: int = 16000
-  clip_duration_ms: int = 1000
-  window_size_ms: float = 30.0
-  window_stride_ms: float = 10.0
-  dct_coefficient_count: int = 40
-  silence_percentage: float = 10.0
-  unknown_percentage: float = 10.0
-  validation_percentage: float = 10.0
-  testing_percentage: float = 10.0
-  time_shift_ms: float = 100.0
-  background_frequency: float = 0.8
-  background_volume: float = 0.1
-  how_many_training_steps: tuple[int, ...] = (15000, 3000)
-  learning_rate: tuple[float, ...] = (0.001, 0.0001)
-  batch_size: int = 100
-  eval_step_interval: int = 400
-  sampler: str = "anneal_pds"
-  neighbors: int = 5
-  radius: float | str | None = None  # None: half the median distance; "auto": calibrated
-  seed: int = 0
+  data_dir: str = settings.setting("/tmp/speech_dataset/", "Where the Speech Commands dataset is.")
+  generate: bool = settings.setting(
+      False, "If --data_dir holds no wavs, first write the espeak-ng dataset there (generate_data's defaults).")
+  wanted_words: tuple[str, ...] = settings.setting(synthesis.TARGET_WORDS,
+                                                   "Words to recognise; others become _unknown_.")
+  sample_rate: int = settings.setting(16000, "Expected sample rate of the wavs.")
+  clip_duration_ms: int = settings.setting(1000, "Expected duration in milliseconds of the wavs.")
+  window_size_ms: float = settings.setting(30.0, "How long each spectrogram timeslice is.")
+  window_stride_ms: float = settings.setting(10.0, "How far to move in time between spectrogram timeslices.")
+  dct_coefficient_count: int = settings.setting(
+      40, "How many MFCC coefficients (bins) per timeslice; at most 40, the mel channel count.")
+  silence_percentage: float = settings.setting(10.0, "How much of the training data should be silence.")
+  unknown_percentage: float = settings.setting(10.0, "How much of the training data should be unknown words.")
+  validation_percentage: float = settings.setting(
+      10.0, "What percentage of wavs to use as a validation set (hash split; unused with list files).")
+  testing_percentage: float = settings.setting(
+      10.0, "What percentage of wavs to use as a test set (hash split; unused with list files).")
+  time_shift_ms: float = settings.setting(100.0, "Range to randomly shift the training audio by in time.")
+  background_frequency: float = settings.setting(
+      0.8, "How many of the training samples have background noise mixed in.")
+  background_volume: float = settings.setting(0.1, "How loud the background noise should be, between 0 and 1.")
+  how_many_training_steps: tuple[int, ...] = settings.setting(
+      (15000, 3000), "How many training steps to run at each learning rate.", minimum=1)
+  learning_rate: tuple[float, ...] = settings.setting(
+      (0.001, 0.0001), "Learning rate of each stage of --how_many_training_steps.")
+  batch_size: int = settings.setting(100, "How many items to train with at once.", minimum=1)
+  eval_step_interval: int = settings.setting(400, "How often to evaluate the training results.", minimum=1)
+  sampler: str = settings.setting("anneal_pds", "Mini-batch sampler.", choices=common.ALL_SAMPLER_NAMES)
+  neighbors: int = settings.setting(5, "K of the mingling index.", minimum=1)
+  radius: float | str | None = common.radius_setting()
+  seed: int = settings.setting(0, "Seed of initialisation, dropout, batch draws and augmentation.")
 
   def __post_init__(self):
+    super().__post_init__()
     if len(self.how_many_training_steps) != len(self.learning_rate):
       raise ValueError(
           "--how_many_training_steps and --learning_rate must have equal lengths; got "
           f"{len(self.how_many_training_steps)} and {len(self.learning_rate)}.")
-    if not self.how_many_training_steps or min(self.how_many_training_steps) < 1:
-      raise ValueError(f"--how_many_training_steps must be positive; got {self.how_many_training_steps}.")
-    if self.eval_step_interval < 1:
-      raise ValueError(f"--eval_step_interval must be >= 1; got {self.eval_step_interval}.")
-    if self.sampler not in common.ALL_SAMPLER_NAMES:
-      raise ValueError(f"--sampler: unknown {self.sampler!r}; choose from {', '.join(common.ALL_SAMPLER_NAMES)}.")
 
   @property
   def audio(self) -> input_data.AudioSettings:
@@ -145,87 +131,6 @@ class Result:
   radius: float | None
   fallback_batches: int
   seconds: float
-
-
-FLAGS = flags.FlagValues()
-
-# One flag per `Config` field (same name, TF's help texts), defaulting to the field's default.
-_DEFAULTS = Config()
-flags.DEFINE_string("data_dir", _DEFAULTS.data_dir, "Where the Speech Commands dataset is.",
-                    flag_values=FLAGS)
-flags.DEFINE_boolean(
-    "generate", _DEFAULTS.generate,
-    "If --data_dir holds no wavs, first write the espeak-ng dataset there (generate_data.py's defaults).",
-    flag_values=FLAGS)
-flags.DEFINE_list("wanted_words", list(_DEFAULTS.wanted_words), "Words to recognise; others become _unknown_.",
-                  flag_values=FLAGS)
-flags.DEFINE_integer("sample_rate", _DEFAULTS.sample_rate, "Expected sample rate of the wavs.",
-                     flag_values=FLAGS)
-flags.DEFINE_integer("clip_duration_ms", _DEFAULTS.clip_duration_ms, "Expected duration in milliseconds of the wavs.",
-                     flag_values=FLAGS)
-flags.DEFINE_float("window_size_ms", _DEFAULTS.window_size_ms, "How long each spectrogram timeslice is.",
-                   flag_values=FLAGS)
-flags.DEFINE_float("window_stride_ms", _DEFAULTS.window_stride_ms,
-                   "How far to move in time between spectrogram timeslices.", flag_values=FLAGS)
-flags.DEFINE_integer("dct_coefficient_count", _DEFAULTS.dct_coefficient_count,
-                     "How many MFCC coefficients (bins) per timeslice; at most 40, the mel channel count.",
-                     flag_values=FLAGS)
-flags.DEFINE_alias("feature_bin_count", "dct_coefficient_count", flag_values=FLAGS)  # TF's newer name
-flags.DEFINE_float("silence_percentage", _DEFAULTS.silence_percentage,
-                   "How much of the training data should be silence.", flag_values=FLAGS)
-flags.DEFINE_float("unknown_percentage", _DEFAULTS.unknown_percentage,
-                   "How much of the training data should be unknown words.", flag_values=FLAGS)
-flags.DEFINE_float("validation_percentage", _DEFAULTS.validation_percentage,
-                   "What percentage of wavs to use as a validation set (hash split; unused with list files).",
-                   flag_values=FLAGS)
-flags.DEFINE_float("testing_percentage", _DEFAULTS.testing_percentage,
-                   "What percentage of wavs to use as a test set (hash split; unused with list files).",
-                   flag_values=FLAGS)
-flags.DEFINE_float("time_shift_ms", _DEFAULTS.time_shift_ms, "Range to randomly shift the training audio by in time.",
-                   flag_values=FLAGS)
-flags.DEFINE_float("background_frequency", _DEFAULTS.background_frequency,
-                   "How many of the training samples have background noise mixed in.", flag_values=FLAGS)
-flags.DEFINE_float("background_volume", _DEFAULTS.background_volume,
-                   "How loud the background noise should be, between 0 and 1.", flag_values=FLAGS)
-flags.DEFINE_list("how_many_training_steps", [str(steps) for steps in _DEFAULTS.how_many_training_steps],
-                  "How many training steps to run at each learning rate.", flag_values=FLAGS)
-flags.DEFINE_list("learning_rate", [str(rate) for rate in _DEFAULTS.learning_rate],
-                  "Learning rate of each stage of --how_many_training_steps.", flag_values=FLAGS)
-flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "How many items to train with at once.",
-                     flag_values=FLAGS)
-flags.DEFINE_integer("eval_step_interval", _DEFAULTS.eval_step_interval, "How often to evaluate the training results.",
-                     flag_values=FLAGS)
-flags.DEFINE_enum("sampler", _DEFAULTS.sampler, common.ALL_SAMPLER_NAMES, "Mini-batch sampler.",
-                  flag_values=FLAGS)
-flags.DEFINE_integer("neighbors", _DEFAULTS.neighbors, "K of the mingling index.", flag_values=FLAGS)
-flags.DEFINE_string("radius", "default", "Disk radius: default (half the median distance), auto, or a number.",
-                    flag_values=FLAGS)
-flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of initialisation, dropout, batch draws and augmentation.",
-                     flag_values=FLAGS)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory; default runs/speech_commands/<sampler>_seed<seed>.",
-                               flag_values=FLAGS)
-_VERBOSE = flags.DEFINE_integer("verbose", 1, "Keras verbosity: 1 progress bar, 2 a line per interval, 0 quiet.",
-                                flag_values=FLAGS)
-
-
-def config_from_flags(flag_values: flags.FlagValues = FLAGS) -> Config:
-  """The `Config` that parsed flags describe.
-
-  Args:
-    flag_values: parsed flags holding this module's definitions.
-
-  Returns:
-    The config.
-
-  Raises:
-    ValueError: for inconsistent values (see `Config`).
-  """
-  values = {field.name: flag_values[field.name].value for field in dataclasses.fields(Config)}
-  values["wanted_words"] = tuple(values["wanted_words"])
-  values["how_many_training_steps"] = tuple(int(steps) for steps in values["how_many_training_steps"])
-  values["learning_rate"] = tuple(float(rate) for rate in values["learning_rate"])
-  values["radius"] = common.parse_radius(values["radius"])
-  return Config(**values)
 
 
 class _TrainingMetricsInEpochLogs(keras.callbacks.Callback):
@@ -276,18 +181,6 @@ def learning_rate_schedule(steps: Sequence[int],
 def _features(waveforms: np.ndarray, settings: input_data.AudioSettings) -> np.ndarray:
   return np.concatenate([input_data.mfcc(tf.constant(chunk), settings).numpy()
                          for chunk in np.array_split(waveforms, max(1, math.ceil(len(waveforms) / 512)))])
-
-
-def _plot_curve(curve: list[dict[str, float]], path: pathlib.Path, title: str) -> None:
-  figure, axes = plt.subplots(figsize=(6, 4))
-  axes.plot([row["step"] for row in curve], [row["validation_accuracy"] for row in curve], marker=".")
-  axes.set_xlabel("training step")
-  axes.set_ylabel("validation accuracy")
-  axes.set_title(title)
-  axes.grid(alpha=0.3)
-  figure.tight_layout()
-  figure.savefig(path, dpi=120)
-  plt.close(figure)
 
 
 def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int = 1) -> Result:
@@ -390,21 +283,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
       seconds=time.time() - start_time)
   (workdir / "results.json").write_text(
       json.dumps({"config": dataclasses.asdict(config), **dataclasses.asdict(result)}, indent=1))
-  _plot_curve(result.curve, workdir / "validation_curve.png",
-              f"{config.sampler}, seed {config.seed}: test accuracy {test_accuracy:.3f}")
+  common.plot_curve([row["step"] for row in result.curve], [row["validation_accuracy"] for row in result.curve],
+                    workdir / "validation_curve.png", "validation accuracy",
+                    f"{config.sampler}, seed {config.seed}: test accuracy {test_accuracy:.3f}")
   return result
-
-
-def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  config = config_from_flags()
-  workdir = _WORKDIR.value or f"runs/speech_commands/{config.sampler}_seed{config.seed}"
-  result = train_and_evaluate(config, workdir, verbose=_VERBOSE.value)
-  print(f"Final validation accuracy {result.validation_accuracy:.4f}, test accuracy "
-        f"{result.test_accuracy:.4f} after {result.steps} steps ({result.seconds:.0f} s); "
-        f"outputs in {workdir}")
-
-
-if __name__ == "__main__":
-  common.run(main, FLAGS)

@@ -3,82 +3,54 @@ r"""The ImageNet-shaped pipeline: sample (path, label, features) records, decode
 What users with image datasets keep in memory per element: the file path, the label and a small
 feature vector (an embedding from a pretrained network, or a random projection). `repulsive_batch`
 draws the batch from those records; the images of the sampled batch are then read and decoded by
-a `map`, so only k images per step are ever decoded. This binary builds that pipeline at
-ImageNet's shape: `--num_elements` records (default 1.28M) over `--num_files` real PNG files on
-disk (the digits, 32x32 RGB, paths repeated to reach N), `--feature_dim`-d synthetic features
-(1000 classes, Gaussian clusters). It reports the build time, the peak memory of the build against
-the records' size, and batches/s against `shuffle(N).batch(k).map(load)` on the same file list.
-
-  python examples/imagenet_scale.py --flagfile=configs/imagenet_scale.flags
+a `map`, so only k images per step are ever decoded. `benchmark` builds that pipeline at
+ImageNet's shape: `num_elements` records (default 1.28M) over `num_files` real PNG files on disk
+(the digits, 32x32 RGB, paths repeated to reach N), `feature_dim`-d synthetic features (1000
+classes, Gaussian clusters). It reports the build time, the peak memory of the build against the
+records' size, and batches/s against `shuffle(N).batch(k).map(load)` on the same file list.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import os
 import pathlib
-import sys
 import time
 from typing import Callable
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# The sibling example modules (`common`) when run as a script from anywhere.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import numpy as np
+from sklearn import datasets as sk_datasets
+import tensorflow as tf
 
-from absl import flags  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn import datasets as sk_datasets  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import common  # noqa: E402
-import tf_repulsive  # noqa: E402
+from examples import common
+from examples import settings
+import tf_repulsive
 
 _IMAGE_SIZE = 32
 _NUM_CLASSES = 1000
 
-FLAGS = flags.FlagValues()
-_NUM_ELEMENTS = flags.DEFINE_integer("num_elements", 1_281_167, "Records (ImageNet's training set: 1,281,167).",
-                                      flag_values=FLAGS)
-_NUM_FILES = flags.DEFINE_integer("num_files", 2000, "Distinct image files written to --data_dir.", flag_values=FLAGS)
-_FEATURE_DIM = flags.DEFINE_integer("feature_dim", 128, "Dimension of the per-record feature vector.",
-                                    flag_values=FLAGS)
-_SAMPLER = flags.DEFINE_enum("sampler", "vanilla_pds", list(common.ALL_SAMPLER_NAMES), "Mini-batch sampler.",
-                             flag_values=FLAGS)
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 256, "Mini-batch size k.", flag_values=FLAGS)
-_MEASURE_BATCHES = flags.DEFINE_integer("measure_batches", 300, "Batches timed per pipeline.", flag_values=FLAGS)
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the records and the batch draws.", flag_values=FLAGS)
-_DATA_DIR = flags.DEFINE_string("data_dir", "runs/imagenet_scale/images", "Where the image files are written.",
-                                flag_values=FLAGS)
-
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-  """One run; the flags map onto it one to one."""
+class Config(settings.Settings):
+  """One run."""
 
-  num_elements: int = 1_281_167
-  num_files: int = 2000
-  feature_dim: int = 128
-  sampler: str = "vanilla_pds"
-  batch_size: int = 256
-  measure_batches: int = 300
-  seed: int = 0
-  data_dir: str = "runs/imagenet_scale/images"
+  num_elements: int = settings.setting(1_281_167, "Records (ImageNet's training set: 1,281,167).", minimum=2)
+  num_files: int = settings.setting(2000, "Distinct image files written to <workdir>/images.", minimum=1)
+  feature_dim: int = settings.setting(128, "Dimension of the per-record feature vector.", minimum=1)
+  sampler: str = settings.setting("vanilla_pds", "Mini-batch sampler.", choices=common.ALL_SAMPLER_NAMES)
+  batch_size: int = settings.setting(256, "Mini-batch size k.", minimum=1)
+  measure_batches: int = settings.setting(300, "Batches timed per pipeline.", minimum=1)
+  seed: int = settings.setting(0, "Seed of the records and the batch draws.")
 
   def __post_init__(self):
-    for name, least in (("num_elements", 2), ("num_files", 1), ("feature_dim", 1), ("batch_size", 1),
-                        ("measure_batches", 1)):
-      if getattr(self, name) < least:
-        raise ValueError(f"--{name} must be >= {least}; got {getattr(self, name)}.")
+    super().__post_init__()
     if self.batch_size > self.num_elements:
       raise ValueError(f"--batch_size ({self.batch_size}) must be <= --num_elements ({self.num_elements}).")
-    if self.sampler not in common.ALL_SAMPLER_NAMES:
-      raise ValueError(f"--sampler must be one of {', '.join(common.ALL_SAMPLER_NAMES)}; got {self.sampler!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-  """What `run` measured (memory in bytes, times in seconds)."""
+  """What `benchmark` measured (memory in bytes, times in seconds)."""
 
   record_bytes: int
   build_seconds: float
@@ -147,23 +119,22 @@ def _timed_batches(dataset: tf.data.Dataset, count: int) -> tuple[float, float]:
   iterator = iter(dataset)
   next(iterator)
   first = time.perf_counter() - start
-  start = time.perf_counter()
-  for _ in range(count):
-    next(iterator)
-  return first, count / (time.perf_counter() - start)
+  wall, _ = common.seconds_per_element(iterator, count)
+  return first, 1.0 / wall
 
 
-def run(config: Config, log: Callable[[str], None] = print) -> Result:
+def benchmark(config: Config, workdir: str | pathlib.Path, log: Callable[[str], None] = print) -> Result:
   """Builds both pipelines over the same records and measures them.
 
   Args:
     config: the run.
+    workdir: the image files go to `workdir/images` (written once, reused by later runs).
     log: receives the progress lines and the result table.
 
   Returns:
     The measurements.
   """
-  paths = write_images(pathlib.Path(config.data_dir), config.num_files)
+  paths = write_images(pathlib.Path(workdir) / "images", config.num_files)
   data = records(config, paths)
   record_bytes = sum(int(array.nbytes) for array in data.values())
   log(f"{config.num_elements:,} records ({record_bytes / 2**30:.2f} GiB) over {len(paths)} image files; "
@@ -190,18 +161,3 @@ def run(config: Config, log: Callable[[str], None] = print) -> Result:
                   baseline_batches_per_second=baseline_rate, radius=batcher.stats().radius)
   log(result.table())
   return result
-
-
-def config_from_flags() -> Config:
-  return Config(num_elements=_NUM_ELEMENTS.value, num_files=_NUM_FILES.value, feature_dim=_FEATURE_DIM.value,
-                sampler=_SAMPLER.value, batch_size=_BATCH_SIZE.value, measure_batches=_MEASURE_BATCHES.value,
-                seed=_SEED.value, data_dir=_DATA_DIR.value)
-
-
-def main(argv):
-  del argv
-  run(config_from_flags())
-
-
-if __name__ == "__main__":
-  common.run(main, FLAGS)

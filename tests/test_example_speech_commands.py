@@ -1,6 +1,5 @@
-"""The speech_commands example: generated dataset, TF's split and labels, features, augmentation, training."""
+"""examples/speech_commands: generated dataset, TF's split and labels, features, augmentation, training."""
 
-import copy
 import hashlib
 import json
 import math
@@ -11,17 +10,18 @@ import shutil
 import subprocess
 import wave
 
-from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import common
+from examples import common
+from examples import settings
+from examples.speech_commands import input_data
+from examples.speech_commands import summary
+from examples.speech_commands import synthesis
+from examples.speech_commands import train
 from conftest import check_auto_radius
 from conftest import draw_steps
-from speech_commands import input_data
-from speech_commands import synthesis
-from speech_commands import train
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 _TOOLS_MISSING = shutil.which("espeak-ng") is None or shutil.which("sox") is None
@@ -37,8 +37,7 @@ _TINY = dict(num_speakers=8, target_words=("yes", "no", "up"), unknown_words=("c
 @pytest.fixture(scope="module")
 def tiny_dataset(tmp_path_factory):
   data_dir = tmp_path_factory.mktemp("speech") / "data"
-  summary = synthesis.generate(data_dir, **_TINY)
-  return data_dir, summary
+  return data_dir, synthesis.generate(data_dir, synthesis.DatasetConfig(**_TINY))
 
 
 def _tf_which_set(filename, validation_percentage, testing_percentage):
@@ -101,8 +100,8 @@ def test_generator_writes_the_v002_layout(tiny_dataset):
 def test_generator_is_deterministic_and_keeps_speakers_in_their_file_names(tiny_dataset, tmp_path):
   data_dir, _ = tiny_dataset
   small = dict(_TINY, num_speakers=2, target_words=("yes",), unknown_words=("cat",))
-  synthesis.generate(tmp_path / "a", **small)
-  synthesis.generate(tmp_path / "b", **small)
+  synthesis.generate(tmp_path / "a", synthesis.DatasetConfig(**small))
+  synthesis.generate(tmp_path / "b", synthesis.DatasetConfig(**small))
   files_a = sorted(path.relative_to(tmp_path / "a") for path in (tmp_path / "a").rglob("*.*"))
   assert files_a == sorted(path.relative_to(tmp_path / "b") for path in (tmp_path / "b").rglob("*.*"))
   for relative in files_a:
@@ -272,18 +271,19 @@ def test_learning_rate_stages_last_exactly_their_steps():
 
 @pytest.mark.parametrize("name", ["speech_commands_smoke.flags", "speech_commands.flags",
                                   "speech_commands_long.flags"])
-def test_flagfiles_parse(name):
-  flag_values = copy.deepcopy(train.FLAGS)
-  flag_values(["train", f"--flagfile={_REPO / 'configs' / name}"])
-  config = train.config_from_flags(flag_values)
+def test_flagfiles_parse(example_main, name):
+  example_main("examples.speech_commands.main", f"--flagfile={_REPO / 'configs' / name}")
+  config = settings.config_from_flags(train.Config)
   assert config.sampler in ("anneal_pds",)
   assert config.generate
   assert len(input_data.prepare_words_list(config.wanted_words)) == 12
   assert config.audio.feature_shape == (98, 40)
   assert config.total_steps <= (100 if "smoke" in name else 1000)
   assert config.radius is None
-  flag_values(["train", f"--flagfile={_REPO / 'configs' / name}", "--radius=51"])
-  assert train.config_from_flags(flag_values).radius == 51.0
+  example_main("examples.speech_commands.main", f"--flagfile={_REPO / 'configs' / name}", "--radius=51",
+               "--feature_bin_count=13")
+  config = settings.config_from_flags(train.Config)
+  assert config.radius == 51.0 and config.dct_coefficient_count == 13
 
 
 def _tiny_config(tiny_dataset, steps: tuple[int, int], sampler: str) -> train.Config:
@@ -294,21 +294,27 @@ def _tiny_config(tiny_dataset, steps: tuple[int, int], sampler: str) -> train.Co
 
 
 @needs_tools
-def test_train_and_evaluate_runs_end_to_end(tiny_dataset, tmp_path):
-  result = train.train_and_evaluate(_tiny_config(tiny_dataset, (4, 2), "anneal_pds"), tmp_path / "run", verbose=0)
-  assert result.steps == 6
-  assert [row["step"] for row in result.curve] == [0, 3, 6]
-  for accuracy in (result.validation_accuracy, result.test_accuracy):
-    assert math.isfinite(accuracy) and 0.0 <= accuracy <= 1.0
-  assert result.radius > 0
-  assert math.isclose(sum(result.mingling_histogram), 1.0)
-  assert len(result.mingling_histogram) == 6
+def test_smoke_flagfile_run_trains_and_writes_its_outputs(example_main, tiny_dataset, tmp_path, capsys):
+  data_dir, _ = tiny_dataset
   run = tmp_path / "run"
+  program = example_main(
+      "examples.speech_commands.main", f"--flagfile={_REPO / 'configs' / 'speech_commands_smoke.flags'}",
+      f"--data_dir={data_dir}", "--wanted_words=yes,no,up", "--validation_percentage=25", "--testing_percentage=25",
+      "--how_many_training_steps=4,2", "--eval_step_interval=3", "--batch_size=8", "--seed=1", f"--workdir={run}",
+      "--verbose=0")
+  program.main(["main"])
+  assert "after 6 steps" in capsys.readouterr().out
+  saved = json.loads((run / "results.json").read_text())
+  assert saved["steps"] == 6 and saved["config"]["sampler"] == "anneal_pds"
+  assert [row["step"] for row in saved["curve"]] == [0, 3, 6]
+  for accuracy in (saved["validation_accuracy"], saved["test_accuracy"]):
+    assert math.isfinite(accuracy) and 0.0 <= accuracy <= 1.0
+  assert saved["radius"] > 0
+  assert math.isclose(sum(saved["mingling_histogram"]), 1.0)
+  assert len(saved["mingling_histogram"]) == 6
   lines = (run / "validation_curve.csv").read_text().splitlines()
   assert lines[0].split(",")[0] == "step" and "validation_accuracy" in lines[0] and len(lines) == 4
   assert (run / "validation_curve.png").read_bytes()[:4] == b"\x89PNG"
-  saved = json.loads((run / "results.json").read_text())
-  assert saved["test_accuracy"] == result.test_accuracy and saved["config"]["sampler"] == "anneal_pds"
   assert list((run / "tensorboard" / "train").glob("events.out.tfevents.*"))
   assert list((run / "tensorboard" / "validation").glob("events.out.tfevents.*"))
 
@@ -321,25 +327,32 @@ def test_active_bias_learns_on_the_mfcc_inputs(tiny_dataset, tmp_path):
   assert [row["step"] for row in result.curve] == [0, 3, 6, 9]
 
 
-def test_the_speech_binaries_import_into_one_process():
-  # Each keeps its flags in its own FlagValues; in absl's global registry --data_dir and --seed of
-  # the generator and the trainer would clash.
-  from speech_commands import generate_data
-  from speech_commands import summarize
-  assert {"data_dir", "seed"} <= set(generate_data.FLAGS) & set(train.FLAGS)
-  assert "runs_dir" in summarize.FLAGS and "data_dir" not in flags.FLAGS
+@needs_tools
+def test_generate_data_program_writes_a_dataset(example_main, tmp_path, capsys):
+  program = example_main("examples.speech_commands.generate_data", f"--data_dir={tmp_path}", "--num_speakers=2",
+                         "--target_words=yes", "--unknown_words=cat", "--unknown_words_per_speaker=1",
+                         "--max_repetitions=1", "--noise_seconds=1")
+  program.main(["main"])
+  assert "Wrote 4 clips of 2 words by 2 speakers" in capsys.readouterr().out
+  assert len(list(tmp_path.glob("*/*.wav"))) == 4 + len(synthesis.NOISE_KINDS)
+
+
+def test_dataset_config_checks_the_unknown_pool():
+  with pytest.raises(ValueError, match="--unknown_words_per_speaker must be <= 2"):
+    synthesis.DatasetConfig(unknown_words=("cat", "dog"), unknown_words_per_speaker=3)
 
 
 def _fake_run(test_accuracy, curve):
   return {"validation_accuracy": curve[-1], "test_accuracy": test_accuracy, "steps": 20, "seconds": 120.0,
-          "curve": [{"step": 10 * i, "validation_accuracy": value} for i, value in enumerate(curve)]}
+          "curve": [{"step": 10 * i, "validation_accuracy": value} for i, value in enumerate(curve)],
+          "partition_sizes": {"training": 30, "validation": 5, "testing": 5},
+          "mingling_histogram": [0.5, 0.1, 0.1, 0.1, 0.1, 0.1]}
 
 
 def test_summary_pairs_each_sampler_with_uniform_by_seed():
-  from speech_commands import summarize
   runs = {"vanilla_pds": {1: _fake_run(0.6, [0.1, 0.3, 0.5]), 2: _fake_run(0.8, [0.1, 0.5, 0.6])},
           "uniform": {1: _fake_run(0.5, [0.1, 0.2, 0.3]), 2: _fake_run(0.6, [0.1, 0.2, 0.3])}}
-  lines = summarize.summary_table(runs).splitlines()
+  lines = summary.summary_table(runs).splitlines()
   assert lines[2].startswith("| uniform | 2 (1,2) | 20 | 0.3000 ± 0.0000 | 0.5500 ± 0.0707 |")
   # Paired test-accuracy differences 0.1 and 0.2; curve-mean differences 0.1 and 0.2.
   assert lines[3].startswith("| vanilla_pds | 2 (1,2) | 20 |")
@@ -347,12 +360,11 @@ def test_summary_pairs_each_sampler_with_uniform_by_seed():
 
 
 def test_mean_curves_refuse_runs_of_different_configs():
-  from speech_commands import summarize
   runs = {"uniform": {1: _fake_run(0.5, [0.1, 0.2, 0.3]), 2: _fake_run(0.6, [0.1, 0.2, 0.3, 0.4])}}
   with pytest.raises(ValueError, match=r"seeds \[2\] were evaluated at other steps"):
-    summarize.mean_curves(runs)
+    summary.mean_curves(runs)
   runs = {"uniform": {1: _fake_run(0.5, [0.1, 0.2]), 2: _fake_run(0.6, [0.3, 0.4])}}
-  steps, mean, _ = summarize.mean_curves(runs)["uniform"]
+  steps, mean, _ = summary.mean_curves(runs)["uniform"]
   np.testing.assert_allclose(mean, [0.2, 0.3])
   np.testing.assert_array_equal(steps, [0, 10])
 
@@ -373,14 +385,19 @@ def test_auto_radius_fills_the_batches_of_mfccs(tiny_dataset, sampler):
   check_auto_radius(batcher, batches, auto)
 
 
-def test_runs_at_other_radii_count_as_their_own_sampler(tmp_path):
-  from speech_commands import summarize
+def test_runs_at_other_radii_count_as_their_own_sampler(example_main, tmp_path, capsys):
   runs = [("uniform_seed1", "uniform", None, 1), ("vanilla_pds_seed1", "vanilla_pds", None, 1),
           ("r51_seed1", "vanilla_pds", 51.0, 1), ("r51_seed2", "vanilla_pds", 51.0, 2)]
   for name, sampler, radius, seed in runs:
     (tmp_path / name).mkdir()
     result = {**_fake_run(0.5, [0.1, 0.2]), "config": {"sampler": sampler, "radius": radius, "seed": seed}}
     (tmp_path / name / "results.json").write_text(json.dumps(result))
-  runs = summarize.load_runs(tmp_path)
+  runs = summary.load_runs(tmp_path)
   assert {name: sorted(seeds) for name, seeds in runs.items()} == {
       "uniform": [1], "vanilla_pds": [1], "vanilla_pds@51.0": [1, 2]}
+  program = example_main("examples.speech_commands.summarize", f"--runs_dir={tmp_path}")
+  program.main(["summarize"])
+  table = (tmp_path / "summary.md").read_text()
+  assert table.startswith("Speech commands, 20 steps") and table in capsys.readouterr().out + "\n"
+  assert "| vanilla_pds@51.0 | 2 (1,2) |" in table
+  assert (tmp_path / "summary.png").stat().st_size > 0 and (tmp_path / "summary_curves.csv").exists()

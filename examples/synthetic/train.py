@@ -4,16 +4,6 @@ Two classes of 2-D points, uniform in [-1, 1]², separated by a sine curve. For 
 repetition r: draw ONE mini-batch with `repulsive_batch` (seed r), train a network with one hidden
 layer of five tanh units on those points only (full-batch Adam), and measure its boundary accuracy:
 the fraction of a dense grid over the domain that it classifies like the true boundary does.
-
-  python examples/synthetic.py --flagfile=configs/synthetic.flags
-  python examples/synthetic.py --flagfile=configs/synthetic_smoke.flags
-  python examples/synthetic.py --flagfile=configs/synthetic.flags --data_seed=1 \
-      --output_dir=runs/synthetic_seed1
-
-Writes into `--output_dir`: `synthetic_<sampler>.png` per sampler (data, true boundary in yellow,
-the learned boundaries in transparent black, repetition 0's batch in blue), `synthetic_boundaries.png`
-with all samplers side by side, `results.md` / `results.csv` (accuracy mean ± std per sampler) and
-`repetitions.csv` (every repetition).
 """
 
 from __future__ import annotations
@@ -21,21 +11,17 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import os
 import pathlib
 from typing import TYPE_CHECKING, Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras
+import numpy as np
+import tensorflow as tf
+import tqdm
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tqdm  # noqa: E402
-
-import common  # noqa: E402
-import tf_repulsive  # noqa: E402
+from examples import common
+from examples import settings
+import tf_repulsive
 
 if TYPE_CHECKING:
   from matplotlib import axes as mpl_axes
@@ -53,66 +39,31 @@ NEAR_BOUNDARY = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-  """One run of the experiment; the flags map onto it one to one."""
+class Config(settings.Settings):
+  """One run of the experiment."""
 
-  output_dir: str = "runs/synthetic"
-  samplers: tuple[str, ...] = common.SAMPLER_NAMES
-  repetitions: int = 30
-  batch_size: int = 30
-  num_points: int = 3000
-  data_seed: int = 0
-  radius: float | str | None = 0.2
-  hidden_units: int = 5
-  train_steps: int = 2000
-  learning_rate: float = 0.02
-  grid_size: int = 200
+  samplers: tuple[str, ...] = settings.setting(common.SAMPLER_NAMES, "Samplers to compare.",
+                                               choices=common.ALL_SAMPLER_NAMES)
+  repetitions: int = settings.setting(30, "Repetitions per sampler; repetition r draws its batch with seed r.",
+                                      minimum=1)
+  batch_size: int = settings.setting(30, "Size of the one mini-batch.", minimum=1)
+  num_points: int = settings.setting(3000, "Points in the data set.", minimum=1)
+  data_seed: int = settings.setting(0, "Seed of the data points.")
+  radius: float | str | None = common.radius_setting(
+      "0.2",
+      "Disk radius of the PDS samplers, in data units (the domain is [-1, 1]²), or 'auto' or "
+      "'default'. The library default, half the median distance (0.51 here), fits only about 13 "
+      "darts: the other 17 points of a 30-point batch would be the uniform fallback fill. At 0.2 no "
+      "sampler needs the fill.")
+  hidden_units: int = settings.setting(5, "Hidden tanh units (paper: 5).", minimum=1)
+  train_steps: int = settings.setting(2000, "Full-batch Adam steps per network.", minimum=1)
+  learning_rate: float = settings.setting(0.02, "Adam learning rate.", greater_than=0.0)
+  grid_size: int = settings.setting(200, "Side of the evaluation grid.", minimum=1)
 
   def __post_init__(self):
-    unknown = sorted(set(self.samplers) - set(common.ALL_SAMPLER_NAMES))
-    if unknown or not self.samplers:
-      raise ValueError(
-          f"--samplers: got {list(self.samplers)}; choose from {', '.join(common.ALL_SAMPLER_NAMES)}.")
-    for name in ("repetitions", "batch_size", "hidden_units", "train_steps", "grid_size"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"--{name} must be >= 1; got {getattr(self, name)}.")
+    super().__post_init__()
     if self.num_points < self.batch_size:
       raise ValueError(f"--num_points ({self.num_points}) must be >= --batch_size ({self.batch_size}).")
-    if isinstance(self.radius, (int, float)) and self.radius <= 0:
-      raise ValueError(f"--radius must be > 0; got {self.radius}.")
-    if self.learning_rate <= 0:
-      raise ValueError(f"--learning_rate must be > 0; got {self.learning_rate}.")
-
-
-# The flags live in this module's own registry (see `common.run`), one per `Config` field.
-FLAGS = flags.FlagValues()
-_DEFAULTS = Config()
-flags.DEFINE_string("output_dir", _DEFAULTS.output_dir, "Where figures and tables go.",
-                    flag_values=FLAGS)
-_SAMPLERS = flags.DEFINE_list("samplers", list(_DEFAULTS.samplers),
-                              f"Samplers to compare: {', '.join(common.ALL_SAMPLER_NAMES)}.",
-                              flag_values=FLAGS)
-flags.DEFINE_integer("repetitions", _DEFAULTS.repetitions,
-                     "Repetitions per sampler; repetition r draws its batch with seed r.",
-                     flag_values=FLAGS)
-flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "Size of the one mini-batch.",
-                     flag_values=FLAGS)
-flags.DEFINE_integer("num_points", _DEFAULTS.num_points, "Points in the data set.", flag_values=FLAGS)
-flags.DEFINE_integer("data_seed", _DEFAULTS.data_seed, "Seed of the data points.", flag_values=FLAGS)
-flags.DEFINE_string(
-    "radius", str(_DEFAULTS.radius),
-    "Disk radius of the PDS samplers, in data units (the domain is [-1, 1]²), or 'auto' or "
-    "'default'. The library default, half the median distance (0.51 here), fits only about 13 "
-    "darts: the other 17 points of a 30-point batch would be the uniform fallback fill. At 0.2 no "
-    "sampler needs the fill.",
-    flag_values=FLAGS)
-flags.DEFINE_integer("hidden_units", _DEFAULTS.hidden_units, "Hidden tanh units (paper: 5).",
-                     flag_values=FLAGS)
-flags.DEFINE_integer("train_steps", _DEFAULTS.train_steps, "Full-batch Adam steps per network.",
-                     flag_values=FLAGS)
-flags.DEFINE_float("learning_rate", _DEFAULTS.learning_rate, "Adam learning rate.", flag_values=FLAGS)
-flags.DEFINE_integer("grid_size", _DEFAULTS.grid_size, "Side of the evaluation grid.",
-                     flag_values=FLAGS)
 
 
 def boundary_height(x0: np.ndarray) -> np.ndarray:
@@ -250,34 +201,21 @@ def plot_sampler(axis: mpl_axes.Axes, points: np.ndarray, labels: np.ndarray, gr
   axis.set_title(title, fontsize=10)
 
 
-def mean_std(values: np.ndarray) -> tuple[float, float]:
-  """Mean and sample standard deviation (0 for a single value)."""
-  return float(values.mean()), float(values.std(ddof=1)) if values.size > 1 else 0.0
-
-
 def results_table(accuracies: dict[str, np.ndarray], near_shares: dict[str, np.ndarray],
-                  data_near_share: float) -> list[dict[str, str]]:
-  """Rows of the results table, one per sampler (formatted strings)."""
+                  data_near_share: float) -> tuple[list[str], list[list[str]]]:
+  """Header and rows (formatted strings, one row per sampler) of the results table."""
+  paired = "uniform" in accuracies
+  header = (["sampler", "boundary accuracy (mean ± std)"] + ["vs uniform (paired mean ± s.e.)"] * paired
+            + [f"batch near boundary (data: {data_near_share:.0%})"])
   rows = []
   for name, accuracy in accuracies.items():
-    mean, std = mean_std(accuracy)
-    row = {"sampler": name, "boundary accuracy (mean ± std)": f"{mean:.4f} ± {std:.4f}"}
-    if "uniform" in accuracies:
+    row = [name, common.mean_std_text(accuracy)]
+    if paired:
       # Repetition r starts every sampler from the same network: the difference is paired.
-      mean, std = mean_std(accuracy - accuracies["uniform"])
-      row["vs uniform (paired mean ± s.e.)"] = (
-          "—" if name == "uniform" else f"{mean:+.4f} ± {std / np.sqrt(accuracy.size):.4f}")
-    row[f"batch near boundary (data: {data_near_share:.0%})"] = f"{near_shares[name].mean():.0%}"
-    rows.append(row)
-  return rows
-
-
-def markdown(rows: list[dict[str, str]]) -> str:
-  """A markdown table with the rows' keys as header."""
-  header = list(rows[0])
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  lines += ["| " + " | ".join(row[column] for column in header) + " |" for row in rows]
-  return "\n".join(lines)
+      mean, std = common.mean_std(accuracy - accuracies["uniform"])
+      row.append("—" if name == "uniform" else f"{mean:+.4f} ± {std / np.sqrt(accuracy.size):.4f}")
+    rows.append(row + [f"{near_shares[name].mean():.0%}"])
+  return header, rows
 
 
 def near_boundary(points: np.ndarray) -> np.ndarray:
@@ -285,11 +223,15 @@ def near_boundary(points: np.ndarray) -> np.ndarray:
   return np.abs(points[..., 1] - boundary_height(points[..., 0])) < NEAR_BOUNDARY
 
 
-def train_and_evaluate(config: Config) -> dict[str, np.ndarray]:
+def train_and_evaluate(config: Config, workdir: str | pathlib.Path) -> dict[str, np.ndarray]:
   """Runs every sampler for `config.repetitions` repetitions; writes figures and tables.
 
   Args:
     config: the run.
+    workdir: where `synthetic_<sampler>.png` per sampler (data, true boundary in yellow, the
+      learned boundaries in transparent black, repetition 0's batch in blue),
+      `synthetic_boundaries.png` with all samplers side by side, `results.md` / `results.csv`
+      (accuracy mean ± std per sampler) and `repetitions.csv` (every repetition) go.
 
   Returns:
     Boundary accuracy (fraction of grid cells classified like the true boundary) per sampler:
@@ -315,22 +257,22 @@ def train_and_evaluate(config: Config) -> dict[str, np.ndarray]:
   accuracies = dict(zip(config.samplers, ((logits > 0) == true_labels(grid)).mean(axis=-1)))
   near_shares = dict(zip(config.samplers, near_boundary(batch_points).mean(axis=-1)))
 
-  output_dir = pathlib.Path(config.output_dir)
-  output_dir.mkdir(parents=True, exist_ok=True)
-  write_figures(output_dir, config, points, labels, dict(zip(config.samplers, logits)),
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  write_figures(workdir, config, points, labels, dict(zip(config.samplers, logits)),
                 dict(zip(config.samplers, batch_points[:, 0])), accuracies)
-  table = markdown(results_table(accuracies, near_shares, float(near_boundary(points).mean())))
-  (output_dir / "results.md").write_text(
+  table = common.markdown_table(*results_table(accuracies, near_shares, float(near_boundary(points).mean())))
+  (workdir / "results.md").write_text(
       f"Boundary accuracy on a {config.grid_size}x{config.grid_size} grid, {config.repetitions} "
       f"repetitions, batch {config.batch_size}, data seed {config.data_seed}, radius {config.radius}"
       f"\n\n{table}\n")
-  with (output_dir / "results.csv").open("w", newline="") as handle:
+  with (workdir / "results.csv").open("w", newline="") as handle:
     writer = csv.writer(handle)
     writer.writerow(["sampler", "repetitions", "mean_accuracy", "std_accuracy", "near_boundary_share"])
     for name, accuracy in accuracies.items():
-      writer.writerow([name, accuracy.size, *(f"{value:.6f}" for value in mean_std(accuracy)),
+      writer.writerow([name, accuracy.size, *(f"{value:.6f}" for value in common.mean_std(accuracy)),
                        f"{near_shares[name].mean():.6f}"])
-  with (output_dir / "repetitions.csv").open("w", newline="") as handle:
+  with (workdir / "repetitions.csv").open("w", newline="") as handle:
     writer = csv.writer(handle)
     writer.writerow(["sampler", "repetition", "accuracy", "near_boundary_share"])
     for name, accuracy in accuracies.items():
@@ -371,12 +313,10 @@ def write_figures(output_dir: pathlib.Path, config: Config, points: np.ndarray, 
     examples: per sampler, the `[k, 2]` batch to highlight.
     accuracies: per sampler, `[R]` boundary accuracies (for the titles).
   """
-  import matplotlib  # plotting is only needed here
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt
+  plt = common.pyplot()
 
   def draw(axis: mpl_axes.Axes, name: str) -> None:
-    title = "{}: {:.3f} ± {:.3f}".format(name, *mean_std(accuracies[name]))
+    title = "{}: {:.3f} ± {:.3f}".format(name, *common.mean_std(accuracies[name]))
     plot_sampler(axis, points, labels, config.grid_size, logits[name], examples[name], title)
 
   for name in config.samplers:
@@ -394,19 +334,3 @@ def write_figures(output_dir: pathlib.Path, config: Config, points: np.ndarray, 
   figure.tight_layout()
   save_png(figure, output_dir / "synthetic_boundaries.png", dpi=90)
   plt.close(figure)
-
-
-def config_from_flags() -> Config:
-  """The `Config` the parsed flags describe."""
-  return Config(**{field.name: FLAGS[field.name].value for field in dataclasses.fields(Config)}
-                | {"samplers": tuple(_SAMPLERS.value), "radius": common.parse_radius(FLAGS["radius"].value)})
-
-
-def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  train_and_evaluate(config_from_flags())
-
-
-if __name__ == "__main__":
-  common.run(main, FLAGS)

@@ -1,14 +1,16 @@
-"""examples/synthetic.py: sine data, the sampler hookup, the trainer, outputs and flagfiles."""
+"""examples/synthetic: sine data, the sampler hookup, the trainer, the program from its flagfiles."""
 
 import csv
 import pathlib
 
+from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import common
-import synthetic
+from examples import common
+from examples import settings
+from examples.synthetic import train as synthetic
 import tf_repulsive
 from conftest import pairwise_distances
 
@@ -43,41 +45,45 @@ def test_grid_covers_the_domain_evenly():
   np.testing.assert_allclose(np.unique(grid[:, 1]), [-0.75, -0.25, 0.25, 0.75])
 
 
-def _batches(points, labels, name, count=5):
-  """`count` consecutive batches of one pipeline: `draw_batch`'s, then steps 1.. by `batch_indices`.
-
-  The steps after the first come from a batcher of the same sampler and seed over the same data,
-  which draws what `draw_batch`'s pipeline would (a batch is a function of (seed, step)).
-  """
-  sampler = common.make_sampler(name, radius=RADIUS)
-  first, first_labels = synthetic.draw_batch(points, labels, sampler, 30, seed=0)
-  batcher = tf_repulsive.repulsive_batch(30, sampler, seed=0, start_step=0)
-  tf.data.Dataset.from_tensor_slices((points, labels)).apply(batcher)
-  # The batch is the pipeline's draw at step 0, with each point's own label.
-  np.testing.assert_array_equal(first, points[batcher.batch_indices(0)])
-  np.testing.assert_array_equal(first_labels, synthetic.true_labels(first))
-  later = [points[batcher.batch_indices(step)] for step in range(1, count)]
-  return batcher, np.stack([first, *later])
-
-
-def test_vanilla_batches_keep_the_radius_and_uniform_batches_do_not(data):
+@pytest.fixture(scope="module")
+def pipeline(data):
+  """Sampler name -> its batcher over the data (seed 0) and the points of its batches at steps 0-4."""
   points, labels = data
-  batcher, batches = _batches(points, labels, "vanilla_pds")
+  built = {}
+
+  def batches(name):
+    if name not in built:
+      batcher = tf_repulsive.repulsive_batch(30, common.make_sampler(name, radius=RADIUS), seed=0, start_step=0)
+      tf.data.Dataset.from_tensor_slices((points, labels)).apply(batcher)
+      built[name] = batcher, np.stack([points[batcher.batch_indices(step)] for step in range(5)])
+    return built[name]
+
+  return batches
+
+
+def test_the_drawn_batch_is_the_pipelines_first(data, pipeline):
+  points, labels = data
+  batch_points, batch_labels = synthetic.draw_batch(points, labels, common.make_sampler("vanilla_pds", radius=RADIUS),
+                                                    30, seed=0)
+  # A batch is a function of (seed, step): draw_batch's own pipeline yields step 0 of this one.
+  np.testing.assert_array_equal(batch_points, pipeline("vanilla_pds")[1][0])
+  np.testing.assert_array_equal(batch_labels, synthetic.true_labels(batch_points))
+
+
+def test_vanilla_batches_keep_the_radius_and_uniform_batches_do_not(pipeline):
+  batcher, batches = pipeline("vanilla_pds")
   assert batcher.stats().radius == RADIUS
   for batch in batches:
     assert len(np.unique(batch, axis=0)) == 30
     assert pairwise_distances(batch).min() >= RADIUS
-  _, uniform = _batches(points, labels, "uniform")
-  assert all(pairwise_distances(batch).min() < RADIUS for batch in uniform)
+  assert all(pairwise_distances(batch).min() < RADIUS for batch in pipeline("uniform")[1])
 
 
-def test_dense_pds_crowds_the_boundary_and_anneal_pds_starts_away_from_it(data):
+def test_dense_pds_crowds_the_boundary_and_anneal_pds_starts_away_from_it(pipeline):
   # Dense PDS with uniform pi aims 5/6 of its darts at points with mixed neighbourhoods; Anneal PDS
   # in its first steps draws only points whose neighbours all share their label.
-  points, labels = data
-
   def near_share(name):
-    return synthetic.near_boundary(_batches(points, labels, name)[1]).mean()
+    return synthetic.near_boundary(pipeline(name)[1]).mean()
 
   uniform = near_share("uniform")
   assert near_share("dense_pds") > max(2 * uniform, 0.25)
@@ -102,39 +108,36 @@ def test_networks_train_independently_and_fit_their_batch(data):
   assert np.mean((logits > 0) == np.stack([labels[first], labels[second]])) >= 0.9
 
 
-def test_train_and_evaluate_writes_figures_and_tables_and_beats_chance(tmp_path):
-  config = synthetic.Config(output_dir=str(tmp_path), samplers=("uniform", "vanilla_pds"),
-                            repetitions=2, num_points=1000, train_steps=600, grid_size=80)
-  accuracies = synthetic.train_and_evaluate(config)
-  assert list(accuracies) == ["uniform", "vanilla_pds"]
-  for accuracy in accuracies.values():
-    assert accuracy.shape == (2,)
-    # Chance is 0.5 and flipped labels would give about 0.15; a straight line gets about 0.84.
-    assert np.all((accuracy > 0.7) & (accuracy <= 1.0))
+def test_smoke_flagfile_run_writes_figures_and_tables_and_beats_chance(example_main, tmp_path):
+  program = example_main("examples.synthetic.main", f"--flagfile={CONFIGS / 'synthetic_smoke.flags'}",
+                         "--samplers=uniform,vanilla_pds", "--repetitions=2", f"--workdir={tmp_path}")
+  program.main(["main"])
+  with (tmp_path / "repetitions.csv").open() as handle:
+    repetitions = list(csv.DictReader(handle))
+  assert [(row["sampler"], row["repetition"]) for row in repetitions] == [
+      ("uniform", "0"), ("uniform", "1"), ("vanilla_pds", "0"), ("vanilla_pds", "1")]
+  accuracies = np.array([float(row["accuracy"]) for row in repetitions])
+  # Chance is 0.5 and flipped labels would give about 0.15; a straight line gets about 0.84.
+  assert np.all((accuracies > 0.7) & (accuracies <= 1.0))
   for name in ("synthetic_uniform", "synthetic_vanilla_pds", "synthetic_boundaries"):
     png = (tmp_path / f"{name}.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
   with (tmp_path / "results.csv").open() as handle:
     rows = list(csv.DictReader(handle))
   assert [row["sampler"] for row in rows] == ["uniform", "vanilla_pds"]
-  for row in rows:
-    assert float(row["mean_accuracy"]) == pytest.approx(accuracies[row["sampler"]].mean(), abs=1e-6)
-  with (tmp_path / "repetitions.csv").open() as handle:
-    assert len(list(csv.DictReader(handle))) == 4
-  assert "vanilla_pds" in (tmp_path / "results.md").read_text()
+  for row, pair in zip(rows, (accuracies[:2], accuracies[2:])):
+    assert float(row["mean_accuracy"]) == pytest.approx(pair.mean(), abs=1e-6)
+  assert "| vanilla_pds |" in (tmp_path / "results.md").read_text()
 
 
 @pytest.mark.parametrize("name", ["synthetic", "synthetic_smoke"])
-def test_flagfiles_parse(name):
-  try:
-    synthetic.FLAGS(["synthetic", f"--flagfile={CONFIGS / name}.flags"])
-    config = synthetic.config_from_flags()
-  finally:
-    synthetic.FLAGS.unparse_flags()
+def test_flagfiles_parse(example_main, name):
+  example_main("examples.synthetic.main", f"--flagfile={CONFIGS / name}.flags")
+  config = settings.config_from_flags(synthetic.Config)
   assert config.samplers == common.SAMPLER_NAMES
-  assert (config.batch_size, config.hidden_units) == (30, 5)
+  assert (config.batch_size, config.hidden_units, config.radius) == (30, 5, 0.2)
   assert config.repetitions == (30 if name == "synthetic" else 3)
-  assert config.output_dir == f"runs/{name}"
+  assert flags.FLAGS.workdir == f"runs/{name}"
 
 
 def test_bad_config():
@@ -142,18 +145,3 @@ def test_bad_config():
     synthetic.Config(samplers=("uniform", "bogus"))
   with pytest.raises(ValueError, match="num_points"):
     synthetic.Config(num_points=10, batch_size=30)
-
-
-@pytest.mark.parametrize("text, radius", [("auto", "auto"), ("default", None), ("0.3", 0.3)])
-def test_radius_flag_takes_auto_default_or_a_number(text, radius):
-  try:
-    synthetic.FLAGS(["synthetic", f"--radius={text}"])
-    assert synthetic.config_from_flags().radius == radius
-  finally:
-    synthetic.FLAGS.unparse_flags()
-
-
-@pytest.mark.parametrize("text", ["-1", "zero", "0"])
-def test_bad_radius_flag_names_the_choices(text):
-  with pytest.raises(ValueError, match="--radius must be 'default', 'auto' or a number > 0"):
-    common.parse_radius(text)

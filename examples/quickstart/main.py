@@ -4,34 +4,31 @@ Runs offline on scikit-learn's bundled handwritten digits (8x8 images, a fixed h
 for each sampler, `model.fit` on `ds.apply(tf_repulsive.repulsive_batch(...))` with Keras'
 progress bar, then a table of held-out accuracy.
 
-  python examples/quickstart.py
-  python examples/quickstart.py --epochs=10 --samplers=uniform,anneal_pds
+  python -m examples.quickstart.main
+  python -m examples.quickstart.main --epochs=10 --samplers=uniform,anneal_pds
 """
 
 from __future__ import annotations
 
-import os
+from absl import app
+from absl import flags
+import keras
+import numpy as np
+from sklearn import datasets as sk_datasets
+from sklearn import model_selection
+import tensorflow as tf
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from examples import common
+import tf_repulsive
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn import datasets as sk_datasets  # noqa: E402
-from sklearn import model_selection  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import common  # noqa: E402
-import tf_repulsive  # noqa: E402
-
-FLAGS = flags.FlagValues()
+# A one-file demo: its four settings are plain absl flags.
 _SAMPLERS = flags.DEFINE_list(
-    "samplers", list(common.SAMPLER_NAMES), f"Samplers to compare: {', '.join(common.ALL_SAMPLER_NAMES)}.",
-    flag_values=FLAGS)
-_EPOCHS = flags.DEFINE_integer("epochs", 5, "Training epochs per sampler.", flag_values=FLAGS)
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size k.", flag_values=FLAGS)
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the model initialisation and the batch draws.", flag_values=FLAGS)
+    "samplers", list(common.SAMPLER_NAMES), f"Samplers to compare: {', '.join(common.ALL_SAMPLER_NAMES)}.")
+flags.register_validator("samplers", lambda names: bool(names) and set(names) <= set(common.ALL_SAMPLER_NAMES),
+                         f"--samplers must name some of {', '.join(common.ALL_SAMPLER_NAMES)}.")
+_EPOCHS = flags.DEFINE_integer("epochs", 5, "Training epochs per sampler.", lower_bound=1)
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "Mini-batch size k.", lower_bound=1)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the model initialisation and the batch draws.")
 
 
 def train_and_evaluate(sampler_name: str, epochs: int, batch_size: int, seed: int, verbose: int = 1) -> float:
@@ -59,10 +56,8 @@ def train_and_evaluate(sampler_name: str, epochs: int, batch_size: int, seed: in
 
 
 def main(argv):
-  del argv
-  unknown = set(_SAMPLERS.value) - set(common.ALL_SAMPLER_NAMES)
-  if unknown:
-    raise app.UsageError(f"--samplers: unknown {sorted(unknown)}; choose from {common.ALL_SAMPLER_NAMES}.")
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   results = {}
   for name in _SAMPLERS.value:
     print(f"\n== {name} ==")
@@ -74,4 +69,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  common.run(main, FLAGS)
+  app.run(main)

@@ -1,0 +1,1 @@
+"""The ImageNet-shaped pipeline: sample (path, label, features) records, decode images afterwards."""

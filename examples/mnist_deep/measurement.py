@@ -1,0 +1,67 @@
+"""The Deep-MNIST CNN on the digits, measured at initialisation and after training on uniform batches.
+
+What the gradient diagnostics and the radius sweep share: their common settings, the data and the
+compiled CNN, and the points of training at which they measure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from examples import settings
+from examples.mnist_deep import train
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasurementConfig(settings.Settings):
+  """Settings of measuring the CNN's mini-batch gradients on the digits."""
+
+  train_fraction: float = settings.setting(0.5, "Fraction of the digits training split used.",
+                                           greater_than=0.0, maximum=1.0)
+  neighbors: int = settings.setting(5, "K of the mingling index.", minimum=1)
+  batch_size: int = settings.setting(50, "Mini-batch size k.", minimum=2)
+  train_steps: int = settings.setting(300, "Adam steps on uniform batches before the second look (0: none).",
+                                      minimum=0)
+  learning_rate: float = settings.setting(1e-4, "Adam learning rate.", greater_than=0.0)
+  variables: str = settings.setting("all", "Parameters whose gradients are analysed.",
+                                    choices=("all", "last_layer"))
+  sketch_dim: int = settings.setting(4096, "Count-sketch dimension of the gradients; 0 for exact.", minimum=0)
+  seed: int = settings.setting(0, "Seed of the initialisation, training, draws and sketch.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+  """What is measured: the training digits and the compiled CNN (Adam) with its loss."""
+
+  x: np.ndarray  # [N, 28, 28, 1]
+  y: np.ndarray  # [N]
+  model: keras.Model
+  loss: keras.losses.Loss
+
+
+def subject(config: MeasurementConfig) -> Subject:
+  """The digits of `config.train_fraction` and the CNN, initialised with `config.seed`."""
+  x, y, _, _ = train.load_digits_28x28(config.train_fraction)
+  keras.utils.set_random_seed(config.seed)
+  model = train.deep_mnist_model()
+  loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate), loss=loss, metrics=["accuracy"])
+  return Subject(x=x, y=y, model=model, loss=loss)
+
+
+def checkpoints(config: MeasurementConfig, measured: Subject) -> Iterator[tuple[str, int]]:
+  """Yields (label, training step) at initialisation and, with `config.train_steps`, after them.
+
+  Between the two, the model trains that many Adam steps on uniform batches (shuffle + batch).
+  """
+  yield "initialisation", 0
+  if config.train_steps:
+    batches = (tf.data.Dataset.from_tensor_slices((measured.x, measured.y)).shuffle(len(measured.x), seed=config.seed)
+               .batch(config.batch_size, drop_remainder=True).repeat())
+    measured.model.fit(batches, steps_per_epoch=config.train_steps, epochs=1, verbose=0)
+    yield f"after {config.train_steps} steps", config.train_steps

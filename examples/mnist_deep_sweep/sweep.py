@@ -1,0 +1,112 @@
+"""Deep MNIST for several samplers and seeds: mean ± std test-error table and mean curves.
+
+The sweep's settings are the Deep-MNIST run's (`examples.mnist_deep.train.Config`, so its flagfiles
+apply) plus the samplers, seeds and report steps; each run writes into
+`<workdir>/<sampler>/seed_<seed>/`. A run whose `eval.csv` already reaches the configured steps is
+read, not retrained, so an interrupted or extended sweep (more samplers, more seeds) resumes.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import pathlib
+
+import numpy as np
+
+from examples import common
+from examples import settings
+from examples.mnist_deep import train
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig(train.Config):
+  """The settings every run shares (a Deep-MNIST config; its sampler and seed are set per run) and the grid."""
+
+  samplers: tuple[str, ...] = settings.setting(
+      common.SAMPLER_NAMES, "Samplers to run (in place of --sampler).", choices=common.ALL_SAMPLER_NAMES)
+  seeds: tuple[int, ...] = settings.setting((0, 1, 2, 3, 4), "Seeds to run for every sampler (in place of --seed).")
+  report_steps: tuple[int, ...] = settings.setting((200, 500, 1000), "Steps reported besides the last.",
+                                                   minimum=1)
+
+  def run(self, sampler: str, seed: int) -> train.Config:
+    """The config of the sweep's run of `sampler` with `seed`."""
+    shared = {field.name: getattr(self, field.name) for field in dataclasses.fields(train.Config)}
+    return train.Config(**{**shared, "sampler": sampler, "seed": seed})
+
+
+def finished_curve(run_dir: pathlib.Path, steps: int) -> list[dict[str, float]] | None:
+  """The test curve of a run in `run_dir` that reached `steps`, else None."""
+  path = run_dir / "eval.csv"
+  if not path.exists():
+    return None
+  with path.open(newline="") as handle:
+    rows = [{name: float(value) for name, value in row.items()} for row in csv.DictReader(handle)]
+  if not rows or rows[-1]["step"] != steps:
+    return None
+  return [{**row, "step": int(row["step"]), "test_error": 1.0 - row["test_accuracy"]} for row in rows]
+
+
+def summarize(curves: dict[str, list[list[dict[str, float]]]], report_steps: tuple[int, ...]) -> str:
+  """Markdown table: test error (%) mean ± std over seeds at the report steps and the last step.
+
+  With "uniform" among the samplers, a last column pairs every other sampler's runs with uniform's
+  in seed order: the difference in mean test error over the curve (percentage points; < 0 is
+  better), mean ± std over seeds, and how many seeds are below uniform. Standard deviations are
+  the seeds' spread (ddof=0).
+  """
+  last = curves[next(iter(curves))][0][-1]["step"]
+  steps = [step for step in report_steps if step < last] + [last]
+  paired = "uniform" in curves
+  header = (["sampler", "seeds"] + [f"error @ {step}" for step in steps] + ["best-of-curve error"]
+            + ["paired Δ curve-mean error vs uniform (seeds below)"] * paired)
+
+  def curve_means(runs):
+    return np.array([100 * np.mean([row["test_error"] for row in run]) for run in runs])
+
+  rows = []
+  for sampler, runs in curves.items():
+    cells = [sampler, str(len(runs))]
+    for step in steps:
+      errors = [100 * next(row["test_error"] for row in run if row["step"] == step) for run in runs]
+      cells.append(common.mean_std_text(errors, digits=2, ddof=0))
+    cells.append(common.mean_std_text([100 * min(row["test_error"] for row in run) for run in runs], digits=2, ddof=0))
+    if paired:
+      if sampler == "uniform" or len(runs) != len(curves["uniform"]):
+        cells.append("—")
+      else:
+        delta = curve_means(runs) - curve_means(curves["uniform"])
+        mean, std = common.mean_std(delta, ddof=0)
+        cells.append(f"{mean:+.2f} ± {std:.2f} ({int(np.sum(delta < 0))}/{len(delta)})")
+    rows.append(cells)
+  return common.markdown_table(header, rows)
+
+
+def sweep(config: SweepConfig, workdir: str | pathlib.Path) -> str:
+  """Every sampler with every seed; writes `summary.md` and `curves.png` into `workdir`.
+
+  Returns:
+    The summary table (markdown).
+  """
+  workdir = pathlib.Path(workdir)
+  curves = {}
+  for sampler in config.samplers:
+    curves[sampler] = []
+    for seed in config.seeds:
+      print(f"\n=== {sampler}, seed {seed} ===")
+      run_dir = workdir / sampler / f"seed_{seed}"
+      curve = finished_curve(run_dir, config.steps)
+      if curve is None:
+        curve = train.train_and_evaluate(config.run(sampler, seed), run_dir, verbose=2)
+      else:
+        print(f"(finished earlier: {run_dir / 'eval.csv'})")
+      curves[sampler].append(curve)
+  table = summarize(curves, config.report_steps)
+  (workdir / "summary.md").write_text(table + "\n")
+  mean_curves = {}
+  for sampler, runs in curves.items():
+    errors = 100 * np.array([[row["test_error"] for row in run] for run in runs])
+    mean_curves[sampler] = (np.array([row["step"] for row in runs[0]]), errors.mean(axis=0), errors.std(axis=0))
+  common.plot_mean_curves(mean_curves, workdir / "curves.png", "test error (%)",
+                          f"mean ± std over {len(config.seeds)} seeds", yscale="log")
+  return table

@@ -1,0 +1,1 @@
+"""The demo: the same classifier trained with uniform and with repulsive mini-batches."""

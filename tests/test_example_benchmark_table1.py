@@ -1,0 +1,12 @@
+"""examples/benchmark_table1: the kernel of its outside reference (a run takes minutes; see BUILD_NOTES.md)."""
+
+import numpy as np
+
+from examples.benchmark_table1 import benchmark
+
+
+def test_rbf_eigendecomposition_is_that_of_the_kernel():
+  eigenvalues, eigenvectors = benchmark.rbf_eigendecomposition(np.array([[0.0, 0.0], [3.0, 4.0]]), bandwidth=5.0)
+  kernel = (eigenvectors * eigenvalues) @ eigenvectors.T
+  # exp(-|x - y|² / (2 bandwidth²)) = exp(-25 / 50) off the diagonal, 1 on it.
+  np.testing.assert_allclose(kernel, [[1.0, np.exp(-0.5)], [np.exp(-0.5), 1.0]], atol=1e-12)

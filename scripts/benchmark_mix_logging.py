@@ -33,7 +33,10 @@ def main():
     print(f"{name}: {3000 / (time.perf_counter() - start):.0f} batches/s")
   steps = range(1, 1 + batcher.steps_per_epoch)
   start = time.perf_counter()
-  if hasattr(batcher, "compositions"):
+  # The trees compared name it differently: mingling_mixes, compositions, or composition per step.
+  if hasattr(batcher, "mingling_mixes"):
+    batcher.mingling_mixes(steps)
+  elif hasattr(batcher, "compositions"):
     batcher.compositions(steps)
   else:
     [batcher.composition(step) for step in steps]

@@ -107,7 +107,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   Args:
     config: the run.
     workdir: where TensorBoard logs (loss, accuracy, learning rate, the sampler's pi and mingling
-      composition, test metrics), `eval.csv` (test error along training) and `eval.png` go.
+      mix, test metrics), `eval.csv` (test error along training) and `eval.png` go.
     verbose: Keras progress-bar verbosity.
 
   Returns:

@@ -37,7 +37,7 @@ dataset has them.
 
 Writes to the workdir: `validation_curve.csv` (step, validation loss and accuracy every
 `eval_step_interval` steps), `validation_curve.png`, `tensorboard/` (train loss, accuracy,
-learning rate, the sampler's pi and mingling composition per interval; validation curve) and
+learning rate, the sampler's pi and mingling mix per interval; validation curve) and
 `results.json` (final validation and test accuracy, sizes, mingling histogram, wall time).
 """
 
@@ -258,7 +258,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
             verbose=verbose,
             callbacks=[
                 _TrainingMetricsInEpochLogs(),
-                # Before TensorBoard, which then logs the pi and mingling composition it adds.
+                # Before TensorBoard, which then logs the pi and mingling mix it adds.
                 # ActiveBias records its prediction history on the clean clips' MFCCs.
                 *common.sampler_callbacks(batcher, model_inputs=train_features),
                 _StopAtStep(config.total_steps),

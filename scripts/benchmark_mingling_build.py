@@ -24,6 +24,7 @@ CASES = {
     "60000 x 784, 10 classes, MNIST's mingling histogram": (60_000, 784, 10, 16, 0.7, True),
     "60000 x 784, 10 classes, strongly mingled": (60_000, 784, 10, 16, 1.0, False),
     "1M x 64, 10 classes": (1_000_000, 64, 10, 16, 0.7, False),
+    "320k x 128, 250 classes (a quarter of the ImageNet-sized case)": (320_000, 128, 250, 32, 0.7, False),
     "1.28M x 128, 1000 classes (ImageNet-sized embeddings)": (1_280_000, 128, 1000, 32, 0.7, False),
 }
 

@@ -4,6 +4,7 @@ Issue 10's targets: at 60000 x 784 float32, k = 50, Uniform >= 1.5x and every PD
 the batches/s of shuffle + batch; the first batch of a new iterator <= 1.5x shuffle + batch's at
 1257 x 64 (the digits' training split) and 60000 x 784.
   .venv/bin/python scripts/benchmark_throughput.py [--batches=3000] [--samplers=uniform,vanilla_pds,...]
+      [--disable_grappler]
 """
 
 import time
@@ -19,6 +20,8 @@ import tf_repulsive
 _BATCHES = flags.DEFINE_integer("batches", 3000, "Batches timed per pipeline, after its first.")
 _SAMPLERS = flags.DEFINE_list("samplers", "uniform,vanilla_pds,easy_pds,dense_pds,anneal_pds", "Samplers to time.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds of timing.")
+_DISABLE_GRAPPLER = flags.DEFINE_bool(
+    "disable_grappler", False, "Switch off Grappler process-wide, to see its share of a new iterator's start.")
 _STARTS = flags.DEFINE_integer("starts", 7, "New iterators per pipeline for the first-batch median.")
 
 _BATCH_SIZE = 50
@@ -72,6 +75,8 @@ def repulsive(features, labels, name):
 
 def main(argv):
   del argv
+  if _DISABLE_GRAPPLER.value:
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
   big = mnist_like()
   digits = sk_datasets.load_digits()
   small = ((digits.data[:1257] / 16.0).astype(np.float32), digits.target[:1257])

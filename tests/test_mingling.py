@@ -32,6 +32,17 @@ def test_matches_brute_force_on_digits(digits):
       _brute_force_mingling(features[:500].astype(np.float64), labels[:500], 5))
 
 
+def test_matches_brute_force_when_candidates_come_in_many_blocks(monkeypatch):
+  # Small blocks: after the first few, a row's nearer candidates are few and take the gathered
+  # path of `_keep_nearest` instead of the selection over the whole block.
+  monkeypatch.setattr(_mingling, "_CANDIDATE_BLOCK", 64)
+  rng = np.random.default_rng(1)
+  features = rng.normal(size=(1200, 3))
+  labels = rng.integers(0, 3, 1200)
+  np.testing.assert_allclose(tf_repulsive.mingling_index(features, labels, 5),
+                             _brute_force_mingling(features, labels, 5))
+
+
 def test_excludes_the_point_itself_even_among_duplicates():
   # Three copies of a point of class 0 next to far-away class-1 points: each copy's nearest
   # neighbours are the two other copies, never itself.

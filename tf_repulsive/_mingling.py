@@ -22,6 +22,9 @@ _EXHAUSTIVE_BUDGET = 2e11
 # Entries of one block of squared distances (64 MiB of float32), and candidates per block.
 _BLOCK_ENTRIES = 1 << 24
 _CANDIDATE_BLOCK = 65536
+# Rows whose candidates nearer than their kept ones are at most 1/_SPARSE_SHARE of a block gather
+# those instead of selecting among the whole block.
+_SPARSE_SHARE = 4
 # Points searched per step of the exhaustive search's progress bar.
 _QUERY_CHUNK = 8192
 # The clustered search: sqrt(N) * _CLUSTERS_PER_ROOT clusters, fitted by _KMEANS_ROUNDS Lloyd rounds on
@@ -86,17 +89,31 @@ def _keep_nearest(best_distances: np.ndarray, best_ids: np.ndarray, rows, distan
   """Merges `distances` ([len(rows), len(ids)]) to the points `ids` into the rows' nearest so far."""
   wanted = best_ids.shape[1]
   rows = np.arange(len(best_ids))[rows] if isinstance(rows, slice) else rows
-  # Only rows with a candidate nearer than their current farthest kept one can change: once a row
-  # has met its own neighbourhood, most blocks it searches skip the selection below.
-  changes = np.flatnonzero((distances < best_distances[rows].max(axis=1)[:, None]).any(axis=1))
+  # Only candidates nearer than a row's current farthest kept one can enter it: once a row has
+  # met its own neighbourhood, most blocks it searches skip the selection below, and the rows that
+  # change usually have a handful of such candidates, gathered instead of selected among all.
+  nearer = distances < best_distances[rows].max(axis=1)[:, None]
+  changes = np.flatnonzero(nearer.any(axis=1))
   if not len(changes):
     return
-  rows, distances = rows[changes], distances[changes]
-  if len(ids) > wanted:
-    nearest = np.argpartition(distances, wanted - 1, axis=1)[:, :wanted]
-    distances, ids = np.take_along_axis(distances, nearest, axis=1), ids[nearest]
+  nearer = nearer[changes]
+  counts = np.count_nonzero(nearer, axis=1)
+  widest = int(counts.max())
+  if widest * _SPARSE_SHARE <= len(ids):
+    row_of, column = np.nonzero(nearer)
+    position = np.arange(len(row_of)) - (np.cumsum(counts) - counts)[row_of]
+    gathered_distances = np.full((len(changes), widest), np.inf, np.float32)
+    gathered_ids = np.zeros((len(changes), widest), np.int64)
+    gathered_distances[row_of, position] = distances[changes[row_of], column]
+    gathered_ids[row_of, position] = ids[column]
+    rows, distances, ids = rows[changes], gathered_distances, gathered_ids
   else:
-    ids = np.broadcast_to(ids, distances.shape)
+    rows, distances = rows[changes], distances[changes]
+    if len(ids) > wanted:
+      nearest = np.argpartition(distances, wanted - 1, axis=1)[:, :wanted]
+      distances, ids = np.take_along_axis(distances, nearest, axis=1), ids[nearest]
+    else:
+      ids = np.broadcast_to(ids, distances.shape)
   distances = np.concatenate([best_distances[rows], distances], axis=1)
   ids = np.concatenate([best_ids[rows], ids], axis=1)
   nearest = np.argpartition(distances, wanted - 1, axis=1)[:, :wanted]
@@ -199,6 +216,8 @@ class _Clusters:
   @staticmethod
   def _nearest_columns(distances: np.ndarray, count: int) -> np.ndarray:
     """`[rows, count]` int32 columns of the `count` smallest `distances` per row, smallest first."""
+    if count == 1:
+      return np.argmin(distances, axis=1).astype(np.int32)[:, None]
     if count < distances.shape[1]:
       nearest = np.argpartition(distances, count - 1, axis=1)[:, :count]
     else:
@@ -245,7 +264,9 @@ class _Clusters:
 
 def _grouped(keys: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
   """Positions of `keys` ([n] in 0..count - 1) grouped by key, and where each key's group starts."""
-  return np.argsort(keys, kind="stable"), np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=count))])
+  # numpy sorts 16-bit keys stably by radix sort, several times faster than wider ones.
+  sortable = keys.astype(np.uint16) if count <= 1 << 16 else keys
+  return np.argsort(sortable, kind="stable"), np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=count))])
 
 
 def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5, *,

@@ -196,8 +196,9 @@ class DartThrower(BatchDrawer):
     if self._plan.pi is not None:
       # One vectorised evaluation of the schedule for all steps of the draw (a loop for
       # schedules whose ops TensorFlow cannot vectorise).
-      log_pi = tf.vectorized_map(lambda step: self._effective_log_pi(self.pi(step)),
-                                 first_step + tf.range(self.steps_per_draw, dtype=tf.int64))
+      # (`identity`: the loop's outputs must be its own ops, also for a constant pi.)
+      log_pi = self._effective_log_pi(tf.vectorized_map(
+          lambda step: tf.identity(self.pi(step)), first_step + tf.range(self.steps_per_draw, dtype=tf.int64)))
     accepted = tf.zeros([self.steps_per_draw, self._batch_size], tf.int32)
     count = tf.zeros([self.steps_per_draw], tf.int32)
     darts = self._darts(draw_key, 0, self._first_block, log_pi)
@@ -222,10 +223,10 @@ class DartThrower(BatchDrawer):
     return indices, self._batch_size - count
 
   def _effective_log_pi(self, pi: tf.Tensor) -> tf.Tensor:
-    """log pi restricted to mingling values that occur in the data, renormalised."""
+    """log pi ([..., K + 1]) restricted to mingling values that occur in the data, renormalised."""
     pi = tf.cast(pi, tf.float64)
     pi = tf.where(self._value_counts > 0, pi, tf.zeros_like(pi))
-    total = tf.reduce_sum(pi)
+    total = tf.reduce_sum(pi, axis=-1, keepdims=True)
     check = tf.debugging.assert_positive(
         total, message="the mingling distribution pi puts no mass on a mingling value that occurs")
     with tf.control_dependencies([check]):

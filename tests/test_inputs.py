@@ -218,4 +218,7 @@ def test_building_holds_the_data_about_once():
   row = [line for line in output.splitlines() if line.startswith(f"| {case} |")][0]
   _, _, peak, steady, _ = [cell.strip() for cell in row.strip("|").split("|")]
   assert float(peak) <= 2.0
-  assert float(steady) <= 1.2
+  # 1.2x the 0.48 GiB of data, plus 0.04 (20 MB) for what does not grow with it: the draw's
+  # single-device function keeps ~10 MB more than its multi-device form did (1.21 against 1.19
+  # here; 1.12 both at 1.17 GiB of data).
+  assert float(steady) <= 1.2 + 0.04

@@ -37,7 +37,10 @@ class BatchDrawer:
 
   `draw` is traced into the tf.data pipeline (and into `batcher.batch_indices`), so it must be
   TensorFlow ops only, its randomness stateless and derived from `key` and the steps alone: that
-  is what makes batches reproducible, checkpoints exact and pipelines shippable.
+  is what makes batches reproducible, checkpoints exact and pipelines shippable. The pipeline runs
+  it as a single-device function on the host CPU; variables it reads belong there too (create
+  them under `tf.device("CPU:0")`): one placed elsewhere (a GPU) still works, through tf.data's
+  slower multi-device function.
 
   One call draws the batches of `steps_per_draw` consecutive steps, so that a drawer whose work
   per batch is small can vectorise it over steps instead of paying TensorFlow's per-op cost for

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from tf_repulsive import _arrays
 from tf_repulsive import _checks
+from tf_repulsive import _host_map
 from tf_repulsive import _progress
 from tf_repulsive import _samplers
 
@@ -83,16 +84,18 @@ class _Built:
     self.element_tensors = tf.nest.map_structure(_arrays.to_tensor, data.elements)
     self.labels = data.labels
     self.num_points = data.features.shape[0]
-    # Batches drawn, batches that needed the fallback fill, points the fill supplied.
-    self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False)
     self.mingling = drawer.mingling
-    if self.mingling is not None:
-      self.num_mingling_values = self.mingling.neighbors + 1
-      self.mingling_tensor = tf.constant(self.mingling.values.astype(np.int32))
-      # Ring of the last _MIX_HISTORY steps drawn: per row the step, then its mingling-value counts.
-      self.mix_record = tf.Variable(
-          tf.concat([tf.fill([_MIX_HISTORY, 1], tf.constant(_UNSET, tf.int64)),
-                     tf.zeros([_MIX_HISTORY, self.num_mingling_values], tf.int64)], axis=1), trainable=False)
+    # On the host, where the draw's single-device function runs (`_host_map`).
+    with tf.device("CPU:0"):
+      # Batches drawn, batches that needed the fallback fill, points the fill supplied.
+      self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False)
+      if self.mingling is not None:
+        self.num_mingling_values = self.mingling.neighbors + 1
+        self.mingling_tensor = tf.constant(self.mingling.values.astype(np.int32))
+        # Ring of the last _MIX_HISTORY steps drawn: per row the step, then its mingling-value counts.
+        self.mix_record = tf.Variable(
+            tf.concat([tf.fill([_MIX_HISTORY, 1], tf.constant(_UNSET, tf.int64)),
+                       tf.zeros([_MIX_HISTORY, self.num_mingling_values], tf.int64)], axis=1), trainable=False)
 
 
 class RepulsiveBatcher:
@@ -131,15 +134,16 @@ class RepulsiveBatcher:
     if start_step is None:
       # Where the next stream starts, and where the last one that began here did start: a stream
       # that runs out of reach (tf.data service) leaves the second unset, and the callback says so.
-      self._next_start = tf.Variable(_UNSET, dtype=tf.int64, trainable=False, name="repulsive_next_start")
-      self._last_start = tf.Variable(_UNSET, dtype=tf.int64, trainable=False, name="repulsive_last_start")
+      with tf.device("CPU:0"):
+        self._next_start = tf.Variable(_UNSET, dtype=tf.int64, trainable=False, name="repulsive_next_start")
+        self._last_start = tf.Variable(_UNSET, dtype=tf.int64, trainable=False, name="repulsive_last_start")
 
   def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
     """The stream of global batches of `dataset` (what `Dataset.apply` calls)."""
     built = self._build(dataset)
-    return self._finish(self._draws(built).map(
-        lambda first_step, skip: self._gather(built, self._draw_counted(built, first_step, skip)),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch())
+    return self._finish(_host_map.parallel_map_on_host(
+        self._draws(built),
+        lambda first_step, skip: self._gather(built, self._draw_counted(built, first_step, skip))).unbatch())
 
   def per_replica(self, input_context: tf.distribute.InputContext) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """The form of this batcher for `distribute_datasets_from_function`.
@@ -176,8 +180,7 @@ class RepulsiveBatcher:
         indices = self._draw_counted(built, first_step, skip)
         return self._gather(built, tf.reshape(indices, [-1, replicas, per_replica])[:, first:first + local])
 
-      return self._finish(self._draws(built).map(
-          draw_slices, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch().unbatch())
+      return self._finish(_host_map.parallel_map_on_host(self._draws(built), draw_slices).unbatch().unbatch())
 
     return apply
 

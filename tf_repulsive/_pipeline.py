@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from tf_repulsive import _arrays
 from tf_repulsive import _checks
-from tf_repulsive import _host_map
+from tf_repulsive import _stream_ops
 from tf_repulsive import _progress
 from tf_repulsive import _samplers
 
@@ -85,7 +85,7 @@ class _Built:
     self.labels = data.labels
     self.num_points = data.features.shape[0]
     self.mingling = drawer.mingling
-    # On the host, where the draw's single-device function runs (`_host_map`).
+    # On the host, where the draw's single-device function runs (`_stream_ops`).
     with tf.device("CPU:0"):
       # Batches drawn, batches that needed the fallback fill, points the fill supplied.
       self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False)
@@ -141,9 +141,11 @@ class RepulsiveBatcher:
   def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
     """The stream of global batches of `dataset` (what `Dataset.apply` calls)."""
     built = self._build(dataset)
-    return self._finish(_host_map.parallel_map_on_host(
-        self._draws(built),
-        lambda first_step, skip: self._gather(built, self._draw_counted(built, first_step, skip))).unbatch())
+
+    def draw_batches(start, offset):
+      return self._gather(built, self._draw_counted(built, *self._locate_draw(built, start, offset)))
+
+    return self._finish(_stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(self._draws(built), draw_batches)))
 
   def per_replica(self, input_context: tf.distribute.InputContext) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """The form of this batcher for `distribute_datasets_from_function`.
@@ -176,11 +178,12 @@ class RepulsiveBatcher:
       built = self._build(dataset)
       self._per_replica_slices = True
 
-      def draw_slices(first_step, skip):
-        indices = self._draw_counted(built, first_step, skip)
+      def draw_slices(start, offset):
+        indices = self._draw_counted(built, *self._locate_draw(built, start, offset))
         return self._gather(built, tf.reshape(indices, [-1, replicas, per_replica])[:, first:first + local])
 
-      return self._finish(_host_map.parallel_map_on_host(self._draws(built), draw_slices).unbatch().unbatch())
+      return self._finish(_stream_ops.unbatch_dense(_stream_ops.unbatch_dense(
+          _stream_ops.parallel_map_on_host(self._draws(built), draw_slices))))
 
     return apply
 
@@ -367,23 +370,24 @@ class RepulsiveBatcher:
   def _gather(built: _Built, indices: tf.Tensor) -> Any:
     return tf.nest.map_structure(lambda component: tf.gather(component, indices), built.element_tensors)
 
+  @staticmethod
+  def _locate_draw(built: _Built, start: tf.Tensor, offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(first step, steps of it before the stream's start) of the stream's draw number `offset`."""
+    steps_per_draw = built.drawer.steps_per_draw
+    first_step = (start // steps_per_draw + offset) * steps_per_draw
+    return first_step, tf.maximum(start - first_step, 0)
+
   def _draws(self, built: _Built) -> tf.data.Dataset:
-    """The stream of draws: (first step, steps of it before the stream's start) per draw.
+    """The stream of draws: (the stream's first step, draw number in the stream) per draw.
 
     A `Dataset.range` of draw numbers (splittable, checkpointed) plus the start; draw j covers
     steps j·S ... j·S + S − 1, so a step's batch does not depend on where the stream started.
     """
-    steps_per_draw = built.drawer.steps_per_draw
-    last_draw = _LAST_STEP // steps_per_draw
-
-    def locate_draw(start, offset):
-      first_step = (start // steps_per_draw + offset) * steps_per_draw
-      return first_step, tf.maximum(start - first_step, 0)
-
+    last_draw = _LAST_STEP // built.drawer.steps_per_draw
     draws = tf.data.Dataset.range(last_draw).repeat()
     if self.start_step is not None:
-      start_step = tf.constant(self.start_step, tf.int64)
-      return draws.map(lambda offset: locate_draw(start_step, offset))
+      # Zipped, not mapped: a dataset function costs every new iterator its instantiation.
+      return tf.data.Dataset.zip(tf.data.Dataset.from_tensors(tf.constant(self.start_step, tf.int64)).repeat(), draws)
     next_start, last_start = self._next_start, self._last_start
 
     # The start is read once, at the stream's first element, and then kept in the scan state,
@@ -398,9 +402,9 @@ class RepulsiveBatcher:
           return tf.identity(value)
 
       start = tf.cond(start < 0, read_start, lambda: start)
-      return start, locate_draw(start, offset)
+      return start, (start, offset)
 
-    return draws.scan(tf.constant(_UNSET, tf.int64), locate)
+    return _stream_ops.scan_on_host(draws, tf.constant(_UNSET, tf.int64), locate)
 
   @staticmethod
   def _finish(batches: tf.data.Dataset) -> tf.data.Dataset:

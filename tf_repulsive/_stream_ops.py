@@ -1,0 +1,126 @@
+"""The batch stream's `map`, `scan` and `unbatch`, with no multi-device function for an iterator.
+
+tf.data instantiates a dataset function as a multi-device function for every new iterator, which
+runs Grappler's meta-optimizer over it: most of the time a new iterator of the batch stream took
+to its first batch, and a per-call cost at every draw. A function whose definition carries the
+`experimental_ints_on_device` attribute is instantiated on the iterator's device alone, the host
+CPU, without Grappler (TensorFlow's `FunctionMetadata::Create` in
+tensorflow/core/data/captured_function.cc; TensorFlow marks its own `copy_to_device` functions
+so). `Dataset.map` and `Dataset.scan` cannot set a function attribute, hence TensorFlow's private
+constructor pieces below: `StructuredFunctionWrapper` (its `defun_kwargs` become function
+attributes) and the `ParallelMapDatasetV2` and `ScanDataset` ops, as
+`Dataset.map(num_parallel_calls=..., deterministic=True)` and `Dataset.scan` build them.
+`Dataset.unbatch` maps an identity function over its input first (to densify sparse and ragged
+components, which the batch stream never has): `unbatch_dense` leaves that map out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops
+from tensorflow.python.data.ops import structured_function
+from tensorflow.python.data.ops import unbatch_op
+from tensorflow.python.data.util import structure
+from tensorflow.python.ops import gen_dataset_ops
+from tensorflow.python.ops import gen_experimental_dataset_ops
+
+_SINGLE_DEVICE = {"experimental_ints_on_device": True}
+
+
+def parallel_map_on_host(dataset: tf.data.Dataset, map_func: Callable[..., Any]) -> tf.data.Dataset:
+  """`dataset.map(map_func, num_parallel_calls=AUTOTUNE, deterministic=True)`, single-device.
+
+  A single-device function on the host cannot read a variable placed elsewhere (a GPU): if
+  `map_func` captures one, this is that public `map` call instead, with the same elements.
+  """
+  wrapper = structured_function.StructuredFunctionWrapper(
+      map_func, "Dataset.map()", dataset=dataset, defun_kwargs=dict(_SINGLE_DEVICE))
+  if not _captures_only_host_resources(wrapper):
+    return dataset.map(map_func, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return _ParallelMapOnHost(dataset, wrapper)
+
+
+def scan_on_host(dataset: tf.data.Dataset, initial_state: tf.Tensor,
+                 scan_func: Callable[..., Any]) -> tf.data.Dataset:
+  """`dataset.scan(initial_state, scan_func)` for a state of fixed shape, single-device.
+
+  Falls back to that public call as `parallel_map_on_host` does.
+  """
+  state_spec = tf.TensorSpec.from_tensor(initial_state)
+  wrapper = structured_function.StructuredFunctionWrapper(
+      scan_func, "Dataset.scan()", input_structure=(state_spec, dataset.element_spec),
+      defun_kwargs=dict(_SINGLE_DEVICE))
+  new_state_spec = wrapper.output_structure[0]
+  if new_state_spec != state_spec:
+    raise ValueError(f"scan_on_host needs a state of fixed type and shape: {state_spec} became {new_state_spec}.")
+  if not _captures_only_host_resources(wrapper):
+    return dataset.scan(initial_state, scan_func)
+  return _ScanOnHost(dataset, initial_state, wrapper)
+
+
+def unbatch_dense(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  """`dataset.unbatch()` for a dataset whose components are all dense tensors."""
+  if not all(isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(dataset.element_spec)):
+    raise TypeError(f"unbatch_dense needs dense tensor components; got {dataset.element_spec}.")
+  return unbatch_op._UnbatchDataset(dataset)  # pylint: disable=protected-access
+
+
+def _captures_only_host_resources(wrapper: structured_function.StructuredFunctionWrapper) -> bool:
+  return all(_on_host(tensor) for tensor in wrapper.function.captured_inputs if tensor.dtype == tf.resource)
+
+
+def _on_host(resource: tf.Tensor) -> bool:
+  device = tf.DeviceSpec.from_string(resource.device)
+  return device.device_type in (None, "CPU") and device.device_index in (None, 0)
+
+
+class _ParallelMapOnHost(dataset_ops.UnaryDataset):
+  """`ParallelMapDatasetV2` over an already traced `StructuredFunctionWrapper`."""
+
+  def __init__(self, input_dataset: tf.data.Dataset, wrapper: structured_function.StructuredFunctionWrapper):
+    self._input_dataset = input_dataset
+    self._map_func = wrapper
+    self._name = None
+    variant_tensor = gen_dataset_ops.parallel_map_dataset_v2(
+        input_dataset._variant_tensor,  # pylint: disable=protected-access
+        wrapper.function.captured_inputs,
+        f=wrapper.function,
+        num_parallel_calls=tf.constant(tf.data.AUTOTUNE, tf.int64),
+        deterministic="true",
+        preserve_cardinality=True,
+        **self._common_args)
+    super().__init__(input_dataset, variant_tensor)
+
+  def _functions(self):
+    return [self._map_func]
+
+  @property
+  def element_spec(self):
+    return self._map_func.output_structure
+
+
+class _ScanOnHost(dataset_ops.UnaryDataset):
+  """`ScanDataset` over an already traced `StructuredFunctionWrapper`."""
+
+  def __init__(self, input_dataset: tf.data.Dataset, initial_state: tf.Tensor,
+               wrapper: structured_function.StructuredFunctionWrapper):
+    self._input_dataset = input_dataset
+    self._scan_func = wrapper
+    self._name = None
+    variant_tensor = gen_experimental_dataset_ops.scan_dataset(
+        input_dataset._variant_tensor,  # pylint: disable=protected-access
+        structure.to_tensor_list(tf.TensorSpec.from_tensor(initial_state), initial_state),
+        wrapper.function.captured_inputs,
+        f=wrapper.function,
+        preserve_cardinality=True,
+        **self._common_args)
+    super().__init__(input_dataset, variant_tensor)
+
+  def _functions(self):
+    return [self._scan_func]
+
+  @property
+  def element_spec(self):
+    return self._scan_func.output_structure[1]

@@ -175,3 +175,28 @@ def test_steps_per_draw_must_be_a_positive_int():
   batcher = tf_repulsive.repulsive_batch(3, ShiftedBlocks(steps_per_draw=0), seed=0, start_step=0)
   with pytest.raises(ValueError, match=r"Drawer.steps_per_draw` must be >= 1; got 0. It is the number of steps"):
     tf.data.Dataset.from_tensor_slices(np.arange(50.0)).apply(batcher)
+
+
+class EvenThenOddSteps(tf_repulsive.Sampler):
+  """Python control flow on tensors, which only AutoGraph turns into graph ops."""
+
+  def build(self, context):
+    num_points, k = context.features.shape[0], context.batch_size
+
+    class Drawer(tf_repulsive.BatchDrawer):
+      def draw(self, key, first_step):
+        del key
+        if first_step % 2 == 0:
+          indices = tf.range(k)
+        else:
+          indices = num_points - 1 - tf.range(k)
+        return indices[None], tf.zeros([1], tf.int32)
+
+    return Drawer()
+
+
+def test_a_drawer_with_python_control_flow_on_tensors_is_converted_by_autograph():
+  batcher = tf_repulsive.repulsive_batch(3, EvenThenOddSteps(), seed=0, start_step=0)
+  batches = tf.data.Dataset.from_tensor_slices(np.arange(50.0)).apply(batcher)
+  assert [batch.numpy().tolist() for batch in batches.take(3)] == [[0, 1, 2], [49, 48, 47], [0, 1, 2]]
+  np.testing.assert_array_equal(batcher.batch_indices(1), [49, 48, 47])

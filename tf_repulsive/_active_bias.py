@@ -58,6 +58,7 @@ class WeightedDrawer(_samplers.BatchDrawer):
     self.state = state
     self._k = batch_size
 
+  @tf.autograph.experimental.do_not_convert
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     step_key = tf.random.experimental.stateless_fold_in(key, first_step)
     uniform = tf.random.stateless_uniform(tf.shape(self.state.weights), step_key, dtype=tf.float64,

@@ -157,6 +157,7 @@ class DartThrower(BatchDrawer):
   def pi(self, step: tf.Tensor) -> tf.Tensor | None:
     return None if self._plan.pi is None else self._plan.pi(step)
 
+  @tf.autograph.experimental.do_not_convert
   def count_fills(self, radius_scale: tf.Tensor, key: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
     """How many batches of steps 0 .. draws - 1 (rounded up to whole draws) need the fallback fill.
 
@@ -175,6 +176,10 @@ class DartThrower(BatchDrawer):
     return tf.while_loop(keep_drawing, draw_steps, (tf.constant(0, tf.int64), tf.constant(0)),
                          maximum_iterations=-(-draws // steps_per_draw))[1]
 
+  # The built-in drawers' control flow is explicit TensorFlow ops: AutoGraph would only re-read
+  # their source, on the first trace in each process (~0.6 s of a first build). Custom drawers
+  # are converted as usual.
+  @tf.autograph.experimental.do_not_convert
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """The batches of steps `first_step` ... `first_step + steps_per_draw - 1`, thrown side by side.
 

@@ -75,6 +75,7 @@ class _EpochOrderDrawer(_samplers.BatchDrawer):
     self._batch_size = batch_size
     self._steps_per_epoch = math.ceil(num_points / batch_size)
 
+  @tf.autograph.experimental.do_not_convert
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     epoch = first_step // self._steps_per_epoch
     first = (first_step % self._steps_per_epoch) * self._batch_size

@@ -88,6 +88,7 @@ class _SpectralKDPPDrawer(_samplers.BatchDrawer):
     self._log_esp = tf.constant(log_elementary_symmetric(eigenvalues, batch_size))
     self._eigenvectors = _arrays.to_tensor(_arrays.aligned_copy(eigenvectors, np.float32))
 
+  @tf.autograph.experimental.do_not_convert
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     step_key = tf.random.experimental.stateless_fold_in(key, first_step)
     chosen = self._choose_eigenvectors(tf.random.experimental.stateless_fold_in(step_key, 0))
@@ -166,6 +167,7 @@ class _ExchangeChainDrawer(_samplers.BatchDrawer):
     sq_dist = tf.maximum(row_sq + col_sq - 2.0 * gram, 0.0)
     return tf.exp(-sq_dist / (2.0 * self._bandwidth**2))
 
+  @tf.autograph.experimental.do_not_convert
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     step_key = tf.random.experimental.stateless_fold_in(key, first_step)
     # The start: k distinct points uniformly at random (top-k of uniform scores).

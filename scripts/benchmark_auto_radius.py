@@ -2,8 +2,9 @@
 
   PYTHONPATH=. .venv/bin/python scripts/benchmark_auto_radius.py [speech_data_dir]
 
-Data: scikit-learn's digits (1797 x 64, k = 50), the paper's sine boundary (3000 x 2, k = 30)
-and, given the generated speech dataset's directory, the MFCCs of its training clips (k = 100).
+Data: scikit-learn's digits (1797 x 64, k = 50), the paper's sine boundary (3000 x 2, k = 30),
+the MNIST-sized clusters of benchmark_throughput.py (60000 x 784, k = 50) and, given the generated
+speech dataset's directory, the MFCCs of its training clips (k = 100).
 Per dataset and disk sampler: the radius, the batches of steps 0-199 that needed the fallback
 fill, the build time, and batches/s over 1000 steps, for the default and for "auto"; the
 calibration's cost is the difference of the two builds.
@@ -21,6 +22,7 @@ from sklearn import datasets as sk_datasets  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tf_repulsive  # noqa: E402
+from scripts.benchmark_throughput import mnist_like  # noqa: E402
 
 
 def datasets(speech_dir):
@@ -28,6 +30,7 @@ def datasets(speech_dir):
   yield "digits", (digits.data / 16).astype(np.float32), digits.target.astype(np.int64), 50
   points = np.random.default_rng(0).uniform(-1, 1, (3000, 2)).astype(np.float32)
   yield "sine boundary", points, (points[:, 1] > 0.5 * np.sin(2 * np.pi * points[:, 0])).astype(np.int64), 30
+  yield "60000 x 784 clusters", *mnist_like(), 50
   if speech_dir:
     from examples.speech_commands import input_data
 

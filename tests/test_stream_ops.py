@@ -48,3 +48,9 @@ def test_a_variable_off_the_host_falls_back_to_the_multi_device_transform(transf
     function, = transformed._functions()
     assert function.function.function_def.attr["experimental_ints_on_device"].b == single_device
     assert list(transformed.as_numpy_iterator()) == list(range(10, 50))
+
+
+def test_scan_on_host_refuses_a_state_that_changes_shape():
+  with pytest.raises(ValueError, match="state of fixed type and shape"):
+    _stream_ops.scan_on_host(tf.data.Dataset.range(4), tf.constant(0, tf.int64),
+                             lambda state, n: (tf.stack([state, n]), n))

@@ -39,7 +39,12 @@ def parallel_map_on_host(dataset: tf.data.Dataset, map_func: Callable[..., Any])
       map_func, "Dataset.map()", dataset=dataset, defun_kwargs=dict(_SINGLE_DEVICE))
   if not _captures_only_host_resources(wrapper):
     return dataset.map(map_func, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  return _ParallelMapOnHost(dataset, wrapper)
+  return _HostFunctionDataset(dataset, wrapper, wrapper.output_structure, lambda common_args: (
+      gen_dataset_ops.parallel_map_dataset_v2(
+          dataset._variant_tensor,  # pylint: disable=protected-access
+          wrapper.function.captured_inputs, f=wrapper.function,
+          num_parallel_calls=tf.constant(tf.data.AUTOTUNE, tf.int64), deterministic="true",
+          preserve_cardinality=True, **common_args)))
 
 
 def scan_on_host(dataset: tf.data.Dataset, initial_state: tf.Tensor,
@@ -57,7 +62,11 @@ def scan_on_host(dataset: tf.data.Dataset, initial_state: tf.Tensor,
     raise ValueError(f"scan_on_host needs a state of fixed type and shape: {state_spec} became {new_state_spec}.")
   if not _captures_only_host_resources(wrapper):
     return dataset.scan(initial_state, scan_func)
-  return _ScanOnHost(dataset, initial_state, wrapper)
+  return _HostFunctionDataset(dataset, wrapper, wrapper.output_structure[1], lambda common_args: (
+      gen_experimental_dataset_ops.scan_dataset(
+          dataset._variant_tensor,  # pylint: disable=protected-access
+          structure.to_tensor_list(state_spec, initial_state), wrapper.function.captured_inputs,
+          f=wrapper.function, preserve_cardinality=True, **common_args)))
 
 
 def unbatch_dense(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -76,51 +85,23 @@ def _on_host(resource: tf.Tensor) -> bool:
   return device.device_type in (None, "CPU") and device.device_index in (None, 0)
 
 
-class _ParallelMapOnHost(dataset_ops.UnaryDataset):
-  """`ParallelMapDatasetV2` over an already traced `StructuredFunctionWrapper`."""
+class _HostFunctionDataset(dataset_ops.UnaryDataset):
+  """A dataset op over one already traced `StructuredFunctionWrapper`, as tf.data's map and scan are.
 
-  def __init__(self, input_dataset: tf.data.Dataset, wrapper: structured_function.StructuredFunctionWrapper):
+  `make_variant(common_args)` builds the op (common_args: the element types, shapes, metadata).
+  """
+
+  def __init__(self, input_dataset: tf.data.Dataset, wrapper: structured_function.StructuredFunctionWrapper,
+               element_spec: Any, make_variant: Callable[[dict[str, Any]], tf.Tensor]):
     self._input_dataset = input_dataset
-    self._map_func = wrapper
+    self._function = wrapper
+    self._structure = element_spec
     self._name = None
-    variant_tensor = gen_dataset_ops.parallel_map_dataset_v2(
-        input_dataset._variant_tensor,  # pylint: disable=protected-access
-        wrapper.function.captured_inputs,
-        f=wrapper.function,
-        num_parallel_calls=tf.constant(tf.data.AUTOTUNE, tf.int64),
-        deterministic="true",
-        preserve_cardinality=True,
-        **self._common_args)
-    super().__init__(input_dataset, variant_tensor)
+    super().__init__(input_dataset, make_variant(self._common_args))
 
   def _functions(self):
-    return [self._map_func]
+    return [self._function]
 
   @property
   def element_spec(self):
-    return self._map_func.output_structure
-
-
-class _ScanOnHost(dataset_ops.UnaryDataset):
-  """`ScanDataset` over an already traced `StructuredFunctionWrapper`."""
-
-  def __init__(self, input_dataset: tf.data.Dataset, initial_state: tf.Tensor,
-               wrapper: structured_function.StructuredFunctionWrapper):
-    self._input_dataset = input_dataset
-    self._scan_func = wrapper
-    self._name = None
-    variant_tensor = gen_experimental_dataset_ops.scan_dataset(
-        input_dataset._variant_tensor,  # pylint: disable=protected-access
-        structure.to_tensor_list(tf.TensorSpec.from_tensor(initial_state), initial_state),
-        wrapper.function.captured_inputs,
-        f=wrapper.function,
-        preserve_cardinality=True,
-        **self._common_args)
-    super().__init__(input_dataset, variant_tensor)
-
-  def _functions(self):
-    return [self._scan_func]
-
-  @property
-  def element_spec(self):
-    return self._scan_func.output_structure[1]
+    return self._structure

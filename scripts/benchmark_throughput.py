@@ -4,7 +4,7 @@ Issue 10's targets: at 60000 x 784 float32, k = 50, Uniform >= 1.5x and every PD
 the batches/s of shuffle + batch; the first batch of a new iterator <= 1.5x shuffle + batch's at
 1257 x 64 (the digits' training split) and 60000 x 784.
   .venv/bin/python scripts/benchmark_throughput.py [--batches=3000] [--samplers=uniform,vanilla_pds,...]
-      [--disable_grappler]
+      [--disable_grappler] [--breakdown]
 """
 
 import time
@@ -16,12 +16,16 @@ import tensorflow as tf
 from sklearn import datasets as sk_datasets
 
 import tf_repulsive
+from tf_repulsive import _stream_ops  # the stream's own map, for --breakdown's partial streams
 
 _BATCHES = flags.DEFINE_integer("batches", 3000, "Batches timed per pipeline, after its first.")
 _SAMPLERS = flags.DEFINE_list("samplers", "uniform,vanilla_pds,easy_pds,dense_pds,anneal_pds", "Samplers to time.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds of timing.")
 _DISABLE_GRAPPLER = flags.DEFINE_bool(
     "disable_grappler", False, "Switch off Grappler process-wide, to see its share of a new iterator's start.")
+_BREAKDOWN = flags.DEFINE_bool(
+    "breakdown", False, "Instead of the table: at 60000 x 784, per sampler, batches/s of the stream, of its draw "
+    "plus the gather of the rows, and of the draw alone, against shuffle + batch.")
 _STARTS = flags.DEFINE_integer("starts", 7, "New iterators per pipeline for the first-batch median.")
 
 _BATCH_SIZE = 50
@@ -74,7 +78,43 @@ def repulsive(features, labels, name, start_step=0):
   build = time.perf_counter() - start
   if start_step is None:
     batcher.start_at(0)  # what AnnealingCallback does: the stream reads its start in a scan
-  return dataset, build, batcher.drawer.steps_per_draw
+  return dataset, build, batcher
+
+
+def breakdown(features, labels):
+  """Where a batch's time goes: the draw, the gather of its rows, the rest of the stream."""
+  rows = tf.constant(features)
+  key = tf.constant([0, 1], tf.int64)
+
+  def stream_of(draw_batches):
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    return _stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(
+        tf.data.Dataset.range(2**40), draw_batches)).prefetch(tf.data.AUTOTUNE).with_options(options)
+
+  baseline = shuffle_batch(features, labels)
+  print(f"batches/s: median of {_ROUNDS.value} rounds of {_BATCHES.value} batches; us per batch from the medians")
+  print("| sampler | shuffle + batch | stream (ratio) | draw + gather | draw alone "
+        "| us per batch: draw, gather, rest |")
+  print("|---|---|---|---|---|---|")
+  for name in _SAMPLERS.value:
+    stream, _, batcher = repulsive(features, labels, name)
+    drawer = batcher.drawer
+    first_step = lambda draw: draw * drawer.steps_per_draw  # noqa: E731
+    pipelines = {"baseline": baseline, "stream": stream,
+                 "draw + gather": stream_of(lambda draw: tf.gather(rows, drawer.draw(key, first_step(draw))[0])),
+                 "draw alone": stream_of(lambda draw: drawer.draw(key, first_step(draw))[0])}
+    rates = {part: [] for part in pipelines}
+    for _ in range(_ROUNDS.value):
+      for part, dataset in pipelines.items():
+        rates[part].append(batches_per_second(dataset, _BATCHES.value))
+    rate = {part: float(np.median(values)) for part, values in rates.items()}
+    draw_us = 1e6 / rate["draw alone"]
+    gather_us = 1e6 / rate["draw + gather"] - draw_us
+    rest_us = 1e6 / rate["stream"] - 1e6 / rate["draw + gather"]
+    print(f"| {name} | {rate['baseline']:.0f} | {rate['stream']:.0f} ({rate['stream'] / rate['baseline']:.2f}) | "
+          f"{rate['draw + gather']:.0f} | {rate['draw alone']:.0f} | {draw_us:.0f}, {gather_us:.0f}, {rest_us:.0f} |",
+          flush=True)
 
 
 def main(argv):
@@ -82,6 +122,9 @@ def main(argv):
   if _DISABLE_GRAPPLER.value:
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
   big = mnist_like()
+  if _BREAKDOWN.value:
+    breakdown(*big)
+    return
   digits = sk_datasets.load_digits()
   small = ((digits.data[:1257] / 16.0).astype(np.float32), digits.target[:1257])
   print(f"k = {_BATCH_SIZE}; batches/s over {_BATCHES.value} batches after the first, in {_ROUNDS.value} rounds "
@@ -103,12 +146,13 @@ def main(argv):
         len(features)).batch(_BATCH_SIZE), _STARTS.value)
     print(f"| {data_name} | shuffle(N).batch({_BATCH_SIZE}) | | | {_rounds(rates['baseline'])} | 1 | "
           f"{base_start:.1f} | 1 | | |")
-    for name, (dataset, build, steps_per_draw) in pipelines.items():
+    for name, (dataset, build, batcher) in pipelines.items():
       ratio = np.median(np.asarray(rates[name]) / np.asarray(rates["baseline"]))
       start = first_batch_ms(dataset, _STARTS.value)
       started = first_batch_ms(repulsive(features, labels, name, start_step=None)[0], _STARTS.value)
-      print(f"| {data_name} | {name} | {build:.1f} | {steps_per_draw} | {_rounds(rates[name])} | {ratio:.2f} | "
-            f"{start:.1f} | {start / base_start:.2f} | {started:.1f} | {started / base_start:.2f} |", flush=True)
+      print(f"| {data_name} | {name} | {build:.1f} | {batcher.drawer.steps_per_draw} | {_rounds(rates[name])} | "
+            f"{ratio:.2f} | {start:.1f} | {start / base_start:.2f} | {started:.1f} | {started / base_start:.2f} |",
+            flush=True)
 
 
 def _rounds(rates):

@@ -142,10 +142,8 @@ class RepulsiveBatcher:
     """The stream of global batches of `dataset` (what `Dataset.apply` calls)."""
     built = self._build(dataset)
 
-    def draw_batches(start, offset):
-      return self._gather(built, self._draw_counted(built, *self._locate_draw(built, start, offset)))
-
-    return self._finish(_stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(self._draws(built), draw_batches)))
+    return self._finish(_stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(
+        self._draws(built), lambda start, offset: self._gather(built, self._draw_counted(built, start, offset)))))
 
   def per_replica(self, input_context: tf.distribute.InputContext) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """The form of this batcher for `distribute_datasets_from_function`.
@@ -179,7 +177,7 @@ class RepulsiveBatcher:
       self._per_replica_slices = True
 
       def draw_slices(start, offset):
-        indices = self._draw_counted(built, *self._locate_draw(built, start, offset))
+        indices = self._draw_counted(built, start, offset)
         return self._gather(built, tf.reshape(indices, [-1, replicas, per_replica])[:, first:first + local])
 
       return self._finish(_stream_ops.unbatch_dense(_stream_ops.unbatch_dense(
@@ -351,14 +349,21 @@ class RepulsiveBatcher:
     indices, fallback = self._draw_once(tf.constant(step - step % steps_per_draw, tf.int64))
     return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
 
-  def _draw_counted(self, built: _Built, first_step: tf.Tensor, skip: tf.Tensor) -> tf.Tensor:
-    """`[S - skip, k]` indices of steps first_step + skip ... of one draw, counted and recorded."""
+  def _draw_counted(self, built: _Built, start: tf.Tensor, offset: tf.Tensor) -> tf.Tensor:
+    """The indices of the stream's draw number `offset`, counted and recorded.
+
+    `[S - skip, k]`: the steps of the draw from the stream's `start` on (a stream that starts
+    mid-draw skips that draw's earlier steps).
+    """
+    steps_per_draw = built.drawer.steps_per_draw
+    first_step = (start // steps_per_draw + offset) * steps_per_draw
+    skip = tf.maximum(start - first_step, 0)
     indices, fallback = _checked_draw(built.drawer, self._key, first_step, self.batch_size)
     indices, fallback = indices[skip:], tf.cast(fallback[skip:], tf.int64)
     recorded = [built.counters.assign_add(tf.stack([
         tf.cast(tf.size(fallback), tf.int64), tf.math.count_nonzero(fallback), tf.reduce_sum(fallback)]))]
     if built.mingling is not None:
-      steps = first_step + tf.range(skip, built.drawer.steps_per_draw, dtype=tf.int64)
+      steps = first_step + tf.range(skip, steps_per_draw, dtype=tf.int64)
       mix = tf.math.bincount(tf.gather(built.mingling_tensor, indices), minlength=built.num_mingling_values,
                              maxlength=built.num_mingling_values, dtype=tf.int64, axis=-1)
       rows = tf.concat([steps[:, None], mix], axis=1)
@@ -369,13 +374,6 @@ class RepulsiveBatcher:
   @staticmethod
   def _gather(built: _Built, indices: tf.Tensor) -> Any:
     return tf.nest.map_structure(lambda component: tf.gather(component, indices), built.element_tensors)
-
-  @staticmethod
-  def _locate_draw(built: _Built, start: tf.Tensor, offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """(first step, steps of it before the stream's start) of the stream's draw number `offset`."""
-    steps_per_draw = built.drawer.steps_per_draw
-    first_step = (start // steps_per_draw + offset) * steps_per_draw
-    return first_step, tf.maximum(start - first_step, 0)
 
   def _draws(self, built: _Built) -> tf.data.Dataset:
     """The stream of draws: (the stream's first step, draw number in the stream) per draw.

@@ -262,7 +262,7 @@ class DartThrower(BatchDrawer):
       col_x = row_x if cols is rows else tf.gather(self._features, cols)
       sq_dist = (tf.gather(self._shrunk_sq_norms, rows)[:, :, None]
                  + tf.gather(self._shrunk_sq_norms, cols)[:, None, :]
-                 - 2.0 * tf.matmul(row_x, col_x, transpose_b=True))
+                 - 2.0 * _gram_per_step(row_x, col_x))
     else:
       pairs = tf.cast(rows, tf.int64)[:, :, None] * self._num_points + tf.cast(cols, tf.int64)[:, None, :]
       sq_dist = tf.gather(self._sq_distances, pairs)
@@ -332,3 +332,14 @@ class DartThrower(BatchDrawer):
     fresh = tf.math.top_k(scores, self._batch_size).indices
     position = tf.maximum(tf.range(self._batch_size)[None, :] - count[:, None], 0)
     return tf.where(occupied, accepted, tf.gather(fresh, position, batch_dims=1))
+
+
+def _gram_per_step(row_x: tf.Tensor, col_x: tf.Tensor) -> tf.Tensor:
+  """`[S, rows, cols]` dot products of each step's rows with its columns, one 2-D `MatMul` per step.
+
+  Inside the stream's single-device function, TensorFlow's `MatMul` kernel does these products
+  ~2.5x faster than `BatchMatMul` over the step axis (see "One matmul per step" in BUILD_NOTES.md).
+  """
+  if row_x.shape[0] == 1:
+    return tf.matmul(row_x, col_x, transpose_b=True)
+  return tf.stack([tf.matmul(row, col, transpose_b=True) for row, col in zip(tf.unstack(row_x), tf.unstack(col_x))])

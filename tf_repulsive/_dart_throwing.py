@@ -340,6 +340,4 @@ def _gram_per_step(row_x: tf.Tensor, col_x: tf.Tensor) -> tf.Tensor:
   Inside the stream's single-device function, TensorFlow's `MatMul` kernel does these small
   products much faster than `BatchMatMul` over the step axis ("One matmul per step", BUILD_NOTES.md).
   """
-  if row_x.shape[0] == 1:
-    return tf.matmul(row_x, col_x, transpose_b=True)
   return tf.stack([tf.matmul(row, col, transpose_b=True) for row, col in zip(tf.unstack(row_x), tf.unstack(col_x))])

@@ -11,13 +11,13 @@ import tf_repulsive
 from conftest import pairwise_distances
 
 
-def _digits_pipeline(digits, sampler, batch_size=50, seed=0, size=None, start_step=0):
+def _digits_pipeline(digits, sampler, batch_size=50, seed=0, size=None, start_step=0, **options):
   """The batcher and batch stream of (image, label, index into the digits) elements."""
   features, labels = digits
   size = size or len(labels)
   dataset = tf.data.Dataset.from_tensor_slices((features[:size], labels[:size], np.arange(size)))
   batcher = tf_repulsive.repulsive_batch(
-      batch_size, sampler, label_fn=lambda x, y, index: y, seed=seed, start_step=start_step)
+      batch_size, sampler, label_fn=lambda x, y, index: y, seed=seed, start_step=start_step, **options)
   return batcher, dataset.apply(batcher)
 
 
@@ -50,8 +50,10 @@ def test_batches_hold_distinct_dataset_elements(digits, make_sampler):
     np.testing.assert_array_equal(y, labels[index])
 
 
-def test_vanilla_batches_keep_the_minimum_distance(digits):
-  batcher, batches = _digits_pipeline(digits, tf_repulsive.VanillaPDS())
+# With the distance cache the disk tests look distances up; without it they compute Gram blocks.
+@pytest.mark.parametrize("distance_cache_bytes", [2**29, 0])
+def test_vanilla_batches_keep_the_minimum_distance(digits, distance_cache_bytes):
+  batcher, batches = _digits_pipeline(digits, tf_repulsive.VanillaPDS(), distance_cache_bytes=distance_cache_bytes)
   radius = batcher.stats().radius
   assert radius > 0
   for x, _, _ in batches.take(40).as_numpy_iterator():
@@ -202,8 +204,9 @@ def test_a_radius_too_large_for_the_batch_warns_at_build_time(digits):
     _digits_pipeline(digits, tf_repulsive.Uniform(), batch_size=50)
 
 
-def test_batch_indices_recomputes_what_the_pipeline_drew(digits):
-  batcher, batches = _digits_pipeline(digits, tf_repulsive.EasyPDS())
+@pytest.mark.parametrize("distance_cache_bytes", [2**29, 0])
+def test_batch_indices_recomputes_what_the_pipeline_drew(digits, distance_cache_bytes):
+  batcher, batches = _digits_pipeline(digits, tf_repulsive.EasyPDS(), distance_cache_bytes=distance_cache_bytes)
   for step, (_, _, index) in enumerate(batches.take(40).as_numpy_iterator()):
     np.testing.assert_array_equal(batcher.batch_indices(step), index)
   with pytest.raises(ValueError, match="step"):

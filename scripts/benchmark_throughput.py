@@ -4,7 +4,7 @@ Issue 10's targets: at 60000 x 784 float32, k = 50, Uniform >= 1.5x and every PD
 the batches/s of shuffle + batch; the first batch of a new iterator <= 1.5x shuffle + batch's at
 1257 x 64 (the digits' training split) and 60000 x 784.
   .venv/bin/python scripts/benchmark_throughput.py [--batches=3000] [--samplers=uniform,vanilla_pds,...]
-      [--disable_grappler] [--breakdown]
+      [--disable_grappler] [--breakdown] [--start_breakdown]
 """
 
 import time
@@ -26,6 +26,10 @@ _DISABLE_GRAPPLER = flags.DEFINE_bool(
 _BREAKDOWN = flags.DEFINE_bool(
     "breakdown", False, "Instead of the table: at 60000 x 784, per sampler, batches/s of the stream, of its draw "
     "plus the gather of the rows, and of the draw alone, against shuffle + batch.")
+_START_BREAKDOWN = flags.DEFINE_bool(
+    "start_breakdown", False, "Instead of the table: on the digits, the first batch of a new iterator of streams "
+    "built like the batch stream from one piece of a draw at a time (a gather; a while loop; a loop in a loop; a "
+    "cond; a sampler's draw), against shuffle + batch.")
 _STARTS = flags.DEFINE_integer("starts", 7, "New iterators per pipeline for the first-batch median.")
 
 _BATCH_SIZE = 50
@@ -81,17 +85,18 @@ def repulsive(features, labels, name, start_step=0):
   return dataset, build, batcher
 
 
+def stream_of(draw_batches):
+  """A stream built like the batch stream's, of `draw_batches(draw number)` unbatched."""
+  options = tf.data.Options()
+  options.experimental_optimization.apply_default_optimizations = False
+  return _stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(
+      tf.data.Dataset.range(2**40), draw_batches)).prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
 def breakdown(features, labels):
   """Where a batch's time goes: the draw, the gather of its rows, the rest of the stream."""
   rows = tf.constant(features)
   key = tf.constant([0, 1], tf.int64)
-
-  def stream_of(draw_batches):
-    options = tf.data.Options()
-    options.experimental_optimization.apply_default_optimizations = False
-    return _stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(
-        tf.data.Dataset.range(2**40), draw_batches)).prefetch(tf.data.AUTOTUNE).with_options(options)
-
   baseline = shuffle_batch(features, labels)
   print(f"batches/s: median of {_ROUNDS.value} rounds of {_BATCHES.value} batches; us per batch from the medians")
   print("| sampler | shuffle + batch | stream (ratio) | draw + gather | draw alone "
@@ -117,16 +122,57 @@ def breakdown(features, labels):
           flush=True)
 
 
+def start_breakdown(features, labels):
+  """What a new iterator's first batch costs per piece of the draw function, on small data."""
+  rows = tf.constant(features)
+  num_points = len(features)
+  key = tf.constant([0, 1], tf.int64)
+
+  def darts(draw):
+    return tf.random.stateless_uniform([16, _BATCH_SIZE], tf.stack([draw, 0]), 0, num_points, tf.int32)
+
+  def loop(indices, rounds, body=lambda indices: (indices + 1) % num_points):
+    return tf.while_loop(lambda i, _: i < rounds, lambda i, indices: (i + 1, body(indices)), (0, indices))[1]
+
+  pipelines = {
+      "shuffle(N).batch(50)": tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(num_points).batch(
+          _BATCH_SIZE),
+      "a gather of 16 x 50 random rows": stream_of(lambda draw: tf.gather(rows, darts(draw))),
+      "the same after a while loop": stream_of(lambda draw: tf.gather(rows, loop(darts(draw), 3))),
+      "the same after a loop in a loop": stream_of(
+          lambda draw: tf.gather(rows, loop(darts(draw), 3, lambda indices: loop(indices, 2)))),
+      "the same after a cond": stream_of(
+          lambda draw: tf.gather(rows, tf.cond(draw >= 0, lambda: darts(draw), lambda: darts(draw) // 2))),
+  }
+  for name in ("uniform", "vanilla_pds"):
+    stream, _, batcher = repulsive(features, labels, name)
+    drawer = batcher.drawer
+    pipelines[f"{name}: its draw and a gather"] = stream_of(
+        lambda draw, drawer=drawer: tf.gather(rows, drawer.draw(key, draw * drawer.steps_per_draw)[0]))
+    pipelines[f"{name}: the batch stream"] = stream
+  print(f"first batch of a new iterator, median of {_STARTS.value}")
+  print("| stream | first batch (ms) | ratio |")
+  print("|---|---|---|")
+  baseline = None
+  for name, dataset in pipelines.items():
+    start = first_batch_ms(dataset, _STARTS.value)
+    baseline = baseline or start
+    print(f"| {name} | {start:.1f} | {start / baseline:.2f} |", flush=True)
+
+
 def main(argv):
   del argv
   if _DISABLE_GRAPPLER.value:
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+  digits = sk_datasets.load_digits()
+  small = ((digits.data[:1257] / 16.0).astype(np.float32), digits.target[:1257])
+  if _START_BREAKDOWN.value:
+    start_breakdown(*small)
+    return
   big = mnist_like()
   if _BREAKDOWN.value:
     breakdown(*big)
     return
-  digits = sk_datasets.load_digits()
-  small = ((digits.data[:1257] / 16.0).astype(np.float32), digits.target[:1257])
   print(f"k = {_BATCH_SIZE}; batches/s over {_BATCHES.value} batches after the first, in {_ROUNDS.value} rounds "
         "that each time shuffle + batch first (ratio: median over rounds of the round's ratio); first batch: "
         f"median of {_STARTS.value} new iterators, with start_step=0 and started as AnnealingCallback does")

@@ -132,6 +132,56 @@ def test_endless_inputs_of_unknown_size_fail_before_reading(endless):
     dataset.apply(tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), max_elements=100_000))
 
 
+@pytest.mark.parametrize("randomise, found", [
+    (lambda ds: ds.shuffle(300), r"a shuffle without a seed.*shuffle\(buffer_size, seed=0\)"),
+    # A shuffled list of files, interleaved (what list_files and tfds' shuffle_files do).
+    (lambda ds: tf.data.Dataset.range(2).shuffle(2).interleave(lambda i: ds.shard(2, i)), "a shuffle without a seed"),
+    (lambda ds: tf.data.Dataset.sample_from_datasets([ds.take(150), ds.skip(150)]), r"random numbers.*pass seed="),
+    (lambda ds: ds.map(lambda x, y: (2 * x, y), num_parallel_calls=2, deterministic=False), "allowed to reorder"),
+    (lambda ds: ds.map(lambda x, y: (x + tf.random.uniform([4]), y)), r"random op without a seed \(RandomUniform\)")])
+def test_inputs_that_differ_from_run_to_run_are_refused_with_the_fix(randomise, found):
+  tf.random.set_seed(None)  # as in a fresh process: no global seed seeds the ops
+  x, y = _points()
+  dataset = randomise(tf.data.Dataset.from_tensor_slices((x, y)))
+  with pytest.raises(ValueError, match="differs from run to run.*" + found):
+    dataset.apply(tf_repulsive.repulsive_batch(4, tf_repulsive.VanillaPDS(), start_step=0))
+
+
+def test_list_files_is_refused_unless_it_keeps_its_order(tmp_path):
+  tf.random.set_seed(None)
+  for name in "abcdef":
+    (tmp_path / f"{name}.txt").write_text(name * 3)
+
+  def batcher():
+    return tf_repulsive.repulsive_batch(2, tf_repulsive.Uniform(), start_step=0, verbose=False,
+                                        feature_fn=lambda path: tf.strings.length(path))
+
+  with pytest.raises(ValueError, match=r"list_files\(pattern, shuffle=False\)"):
+    tf.data.Dataset.list_files(str(tmp_path / "*.txt")).apply(batcher())
+  kept = batcher()
+  tf.data.Dataset.list_files(str(tmp_path / "*.txt"), shuffle=False).apply(kept)
+  assert [path.decode()[-5:] for path in kept.elements] == [f"{name}.txt" for name in "abcdef"]
+
+
+def test_seeded_randomness_upstream_is_accepted_and_read_alike_in_every_build():
+  tf.random.set_seed(None)
+  x, y = _points()
+  options = tf.data.Options()
+  options.deterministic = False
+
+  def build():
+    dataset = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(300, seed=5)
+               .map(lambda x, y: (x + tf.random.uniform([4], seed=7) + tf.random.stateless_uniform([4], [1, 2]), y))
+               .map(lambda x, y: (2 * x, y), num_parallel_calls=2, deterministic=True).with_options(options))
+    batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.VanillaPDS(), start_step=0, verbose=False)
+    dataset.apply(batcher)
+    return batcher.elements
+
+  first, second = build(), build()
+  np.testing.assert_array_equal(first[0], second[0])
+  assert not np.array_equal(first[1], y)  # shuffled indeed
+
+
 def test_inputs_that_may_end_are_read():
   ended = tf.data.Dataset.counter().take_while(lambda i: i < 50).filter(lambda i: i % 2 == 0).map(
       lambda i: tf.cast(i, tf.float32)[None])

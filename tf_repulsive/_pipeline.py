@@ -576,6 +576,48 @@ def _endless_upstream(dataset: tf.data.Dataset) -> str | None:
   return type(node).__name__.lstrip("_").replace("Dataset", "").lower() or "dataset"
 
 
+# Stateful random ops: their values differ from run to run unless they, or the program, are seeded.
+_STATEFUL_RANDOM_OPS = frozenset((
+    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle",
+    "Multinomial", "RandomGamma", "RandomPoissonV2", "ParameterizedTruncatedNormal"))
+
+
+def _random_upstream(dataset: tf.data.Dataset) -> str | None:
+  """What makes the elements, or their order, differ from run to run upstream; None if nothing does.
+
+  Finds a shuffle or random source without a seed (neither its own nor `tf.random.set_seed`'s), a
+  parallel transformation allowed to reorder its elements, and unseeded stateful random ops in
+  the dataset functions. Relies on tf.data's internal `_inputs()`, `_functions()`, `_seed` and
+  `_deterministic`; what they do not show (a parallel interleave's own `deterministic=False`,
+  randomness inside a generator) is not found.
+  """
+  reorders_by_default = dataset.options().deterministic is False
+  pending, seen = [dataset], set()
+  while pending:
+    node = pending.pop()
+    if id(node) in seen:
+      continue
+    seen.add(id(node))
+    kind = type(node).__name__
+    if kind in ("_ShuffleDataset", "_RandomDataset") and int(node._seed) == 0 and int(node._seed2) == 0:
+      if kind == "_ShuffleDataset":
+        return ("a shuffle without a seed (Dataset.shuffle, or Dataset.list_files, which shuffles by "
+                "default): drop it (the sampler randomises the batches), or seed it, e.g. "
+                "shuffle(buffer_size, seed=0) or list_files(pattern, shuffle=False)")
+      return ("random numbers without a seed (Dataset.random, sample_from_datasets): pass seed=")
+    deterministic = getattr(node, "_deterministic", None)
+    if deterministic == "false" or (deterministic == "default" and reorders_by_default):
+      return ("a parallel transformation allowed to reorder its elements (deterministic=False, or "
+              "options.deterministic = False): make it deterministic for this input")
+    for function in node._functions():
+      for op in function.function.graph.get_operations():
+        if op.type in _STATEFUL_RANDOM_OPS and op.get_attr("seed") == 0 and op.get_attr("seed2") == 0:
+          return (f"a random op without a seed ({op.type}) in a dataset function: seed it, or use a "
+                  "stateless one (tf.random.stateless_uniform, ...)")
+    pending.extend(node._inputs())
+  return None
+
+
 def _stack_chunks(chunks, total: int | None, max_elements: int, progress) -> list[np.ndarray]:
   """The chunks' leaves stacked into arrays TensorFlow can share (see `_arrays`).
 
@@ -630,6 +672,12 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
         f"the input dataset is endless: an infinite {endless} upstream, and no take() after it "
         "(filter, map and the like keep it endless). repulsive_batch draws from a finite "
         "dataset: apply it before .repeat(), or end the input with .take(n).")
+  random = _random_upstream(dataset)
+  if random is not None:
+    raise ValueError(
+        "the input differs from run to run: repulsive_batch reads it once and draws each batch by "
+        "index, so the batch of a step would hold other elements in every run, and after resuming "
+        f"in a new process. Found {random}.")
   if cardinality > max_elements:
     raise ValueError(
         f"the input dataset has {cardinality} elements, more than `max_elements` = {max_elements}; "
@@ -776,8 +824,10 @@ def repulsive_batch(
 
   Raises:
     TypeError: for arguments of the wrong type, non-numeric features, non-integer labels.
-    ValueError: for batch_size outside [1, N], an empty or infinite dataset, ragged or non-finite
-      features, missing labels, neighbors >= N, a batcher applied twice.
+    ValueError: for batch_size outside [1, N], an empty or infinite dataset, an input that differs
+      from run to run (an unseeded shuffle or random op upstream, a parallel step allowed to
+      reorder), ragged or non-finite features, missing labels, neighbors >= N, a batcher applied
+      twice.
   """
   for value, name, least in ((batch_size, "batch_size", 1), (max_elements, "max_elements", 1),
                              (distance_cache_bytes, "distance_cache_bytes", 0)):

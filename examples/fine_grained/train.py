@@ -85,7 +85,8 @@ def test_accuracy_per_epoch(data: tuple[np.ndarray, ...], sampler_name: str, bat
                                          feature_fn=sampling_features(config.label_weight), verbose=False)
   batches = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)
   history = model.fit(batches, epochs=config.epochs, steps_per_epoch=len(y_train) // batch_size,
-                      validation_data=(x_test, y_test), callbacks=common.sampler_callbacks(batcher), verbose=0)
+                      validation_data=(x_test, y_test), callbacks=common.sampler_callbacks(batcher), shuffle=False,
+                      verbose=0)
   return [float(accuracy) for accuracy in history.history["val_accuracy"]]
 
 

@@ -63,5 +63,5 @@ def checkpoints(config: MeasurementConfig, measured: Subject) -> Iterator[tuple[
   if config.train_steps:
     batches = (tf.data.Dataset.from_tensor_slices((measured.x, measured.y)).shuffle(len(measured.x), seed=config.seed)
                .batch(config.batch_size, drop_remainder=True).repeat())
-    measured.model.fit(batches, steps_per_epoch=config.train_steps, epochs=1, verbose=0)
+    measured.model.fit(batches, steps_per_epoch=config.train_steps, epochs=1, shuffle=False, verbose=0)
     yield f"after {config.train_steps} steps", config.train_steps

@@ -133,7 +133,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                                          log_dir=workdir / "tensorboard" / "test")
   # One Keras "epoch" per evaluation interval: a progress bar per interval, epoch logs for TensorBoard.
   model.fit(train, steps_per_epoch=config.eval_every, epochs=math.ceil(config.steps / config.eval_every),
-            verbose=verbose,
+            shuffle=False, verbose=verbose,
             callbacks=[*common.sampler_callbacks(batcher), evaluation,
                        keras.callbacks.TensorBoard(str(workdir / "tensorboard"))])
   curve = [{**row, "test_error": 1.0 - row["test_accuracy"]} for row in evaluation.history]

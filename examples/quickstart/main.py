@@ -49,8 +49,9 @@ def train_and_evaluate(sampler_name: str, epochs: int, batch_size: int, seed: in
                 metrics=["accuracy"])
   batcher = tf_repulsive.repulsive_batch(batch_size, common.make_sampler(sampler_name), seed=seed)
   train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)
-  # The batch stream is unbounded: an epoch is one dataset's worth of batches, ceil(N / k).
-  model.fit(train, epochs=epochs, steps_per_epoch=batcher.steps_per_epoch, verbose=verbose,
+  # The batch stream is unbounded: an epoch is one dataset's worth of batches, ceil(N / k). The
+  # sampler draws the batches; Keras' own shuffle does not apply to datasets (it would only warn).
+  model.fit(train, epochs=epochs, steps_per_epoch=batcher.steps_per_epoch, shuffle=False, verbose=verbose,
             callbacks=common.sampler_callbacks(batcher))
   return float(model.evaluate(x_test, y_test, verbose=0)[1])
 

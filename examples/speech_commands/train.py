@@ -255,7 +255,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
       log_dir=workdir / "tensorboard" / "validation", prefix="validation")
   steps_per_epoch = min(config.eval_step_interval, config.total_steps)
   model.fit(train, steps_per_epoch=steps_per_epoch, epochs=math.ceil(config.total_steps / steps_per_epoch),
-            verbose=verbose,
+            shuffle=False, verbose=verbose,
             callbacks=[
                 _TrainingMetricsInEpochLogs(),
                 # Before TensorBoard, which then logs the pi and mingling mix it adds.

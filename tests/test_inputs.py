@@ -147,6 +147,15 @@ def test_inputs_that_differ_from_run_to_run_are_refused_with_the_fix(randomise, 
     dataset.apply(tf_repulsive.repulsive_batch(4, tf_repulsive.VanillaPDS(), start_step=0))
 
 
+def test_a_feature_fn_with_unseeded_random_ops_is_refused():
+  tf.random.set_seed(None)
+  x, y = _points()
+  batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.VanillaPDS(), start_step=0,
+                                         feature_fn=lambda x, y: x + tf.random.normal([4]))
+  with pytest.raises(ValueError, match=r"random op without a seed \(RandomStandardNormal\)"):
+    tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+
+
 def test_list_files_is_refused_unless_it_keeps_its_order(tmp_path):
   tf.random.set_seed(None)
   for name in "abcdef":

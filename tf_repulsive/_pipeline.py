@@ -672,12 +672,6 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
         f"the input dataset is endless: an infinite {endless} upstream, and no take() after it "
         "(filter, map and the like keep it endless). repulsive_batch draws from a finite "
         "dataset: apply it before .repeat(), or end the input with .take(n).")
-  random = _random_upstream(dataset)
-  if random is not None:
-    raise ValueError(
-        "the input differs from run to run: repulsive_batch reads it once and draws each batch by "
-        "index, so the batch of a step would hold other elements in every run, and after resuming "
-        f"in a new process. Found {random}.")
   if cardinality > max_elements:
     raise ValueError(
         f"the input dataset has {cardinality} elements, more than `max_elements` = {max_elements}; "
@@ -708,7 +702,14 @@ def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: b
       return element, features
     return element, features, _as_label(_call_like_map(label_fn or _default_label, element))
 
-  chunks = _of_one_shape(dataset.map(extract)).batch(_READ_CHUNK)
+  extracted = dataset.map(extract)
+  random = _random_upstream(extracted)  # also sees `feature_fn` and `label_fn`
+  if random is not None:
+    raise ValueError(
+        "the input differs from run to run: repulsive_batch reads it once and draws each batch by "
+        "index, so the batch of a step would hold other elements in every run, and after resuming "
+        f"in a new process. Found {random}.")
+  chunks = _of_one_shape(extracted).batch(_READ_CHUNK)
   total = cardinality if cardinality >= 0 else None
   description = ("reading the dataset" if total is not None
                  else f"reading the dataset (size unknown; at most max_elements = {max_elements})")

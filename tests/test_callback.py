@@ -94,6 +94,41 @@ def test_batch_of_step_n_is_the_draw_for_n(digits, steps_per_epoch, repeat):
   _assert_consumed_draws(digits, batcher, recorder, 0, 3 * per_epoch)
 
 
+@pytest.mark.parametrize("steps_per_epoch", [None, 7])
+def test_a_stream_that_ends_starts_every_epoch_at_the_optimizer_step(digits, steps_per_epoch):
+  # fit opens a new iterator for every epoch of a dataset that ends; each must go on from the
+  # optimizer's step, not begin again at the fit's first step.
+  model, fingerprint = _model()
+  batcher, batches = _digits_batcher(digits, tf_repulsive.AnnealPDS())
+  recorder = _Recorder(fingerprint)
+  model.fit(batches.take(7), epochs=3, steps_per_epoch=steps_per_epoch, verbose=0,
+            callbacks=[tf_repulsive.AnnealingCallback(batcher), recorder])
+  assert batcher.stats().streams >= 3
+  _assert_consumed_draws(digits, batcher, recorder, 0, 21)
+
+
+def test_a_stream_that_fit_begins_again_within_an_epoch_is_refused(digits):
+  # take(3).repeat() with 5 steps per epoch: the stream would begin again at step 3 with the
+  # epoch's start, repeating steps 0-1.
+  model, _ = _model()
+  batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS())
+  with pytest.raises(tf.errors.InvalidArgumentError, match="does not know its first step"):
+    model.fit(batches.take(3).repeat(), epochs=1, steps_per_epoch=5, verbose=0,
+              callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+
+
+def test_a_fixed_start_stream_that_fit_begins_again_is_refused(digits):
+  model, _ = _model()
+  batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS(), start_step=0)
+  with pytest.raises(RuntimeError, match="began again at its fixed start_step=0"):
+    model.fit(batches.take(7), epochs=2, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  # The same fixed start with one iterator for all epochs is what it should be.
+  model, _ = _model()
+  batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS(), start_step=0)
+  model.fit(batches, epochs=2, steps_per_epoch=7, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  assert batcher.stats().streams == 1
+
+
 def test_several_steps_per_execution_still_start_at_the_optimizer_step(digits):
   model, _ = _model(steps_per_execution=4)
   batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS())

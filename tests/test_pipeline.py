@@ -183,6 +183,23 @@ def test_a_stream_without_a_start_says_what_to_add(digits):
   assert batcher.last_start() == 11
 
 
+def test_each_start_serves_one_stream(digits):
+  # A second stream on the same start would repeat the first one's batches: a custom loop that
+  # opens an iterator per epoch, or a repeat() after the batcher.
+  batcher, batches = _digits_pipeline(digits, tf_repulsive.VanillaPDS(), start_step=None)
+  batcher.start_at(3)
+  first = [index for _, _, index in batches.take(2).as_numpy_iterator()]
+  np.testing.assert_array_equal(first, [batcher.batch_indices(3), batcher.batch_indices(4)])
+  with pytest.raises(tf.errors.InvalidArgumentError, match="each start serves one stream"):
+    next(iter(batches))
+  with pytest.raises(tf.errors.InvalidArgumentError, match=r"a repeat\(\) after the batcher"):
+    batcher.start_at(5)
+    list(batches.take(2).repeat(2).as_numpy_iterator())
+  batcher.start_at(5)
+  np.testing.assert_array_equal(next(iter(batches))[2], batcher.batch_indices(5))
+  assert batcher.stats().streams == 3  # the streams refused never drew
+
+
 def test_stats_count_fallback_batches(digits):
   with pytest.warns(RuntimeWarning, match="filled only"):
     batcher, batches = _digits_pipeline(

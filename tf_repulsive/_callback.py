@@ -17,14 +17,16 @@ from tf_repulsive import _pipeline
 class BatchStreamCallback(keras.callbacks.Callback):
   """Makes the batch of optimizer step n the draw of step n in `fit` (base of the package's callbacks).
 
-  When `fit` starts its first epoch (after every callback's `on_train_begin`, so after
-  `BackupAndRestore` has restored the optimizer, whatever the order of the callbacks), the
-  batcher's stream is started at `optimizer.iterations`. After the first batch it checks that the
-  stream did start there, and raises if it did not (a stream running out of the callback's reach,
-  such as on tf.data service workers, or a fixed `start_step` that does not match the optimizer).
+  When `fit` starts an epoch (after every callback's `on_train_begin`, so after `BackupAndRestore`
+  has restored the optimizer, whatever the order of the callbacks), a stream of the batcher that
+  begins then starts at `optimizer.iterations`: `fit`'s one iterator for all epochs given
+  `steps_per_epoch`, or the iterator it opens per epoch for a stream that ends (`.take(n)` after
+  the batcher). After the epoch's first batch it checks that, and raises if not: a stream running
+  out of the callback's reach (such as on tf.data service workers), a fixed `start_step` that does
+  not match the optimizer, or a fixed-start stream that `fit` began again for a later epoch.
 
-  `fit` must be given `steps_per_epoch` (the stream is unbounded): `batcher.steps_per_epoch` for
-  one pass's worth of batches per epoch.
+  `fit` must be given `steps_per_epoch` (the stream is unbounded; `batcher.steps_per_epoch` for
+  one pass's worth of batches per epoch) or a stream that ends.
 
   Args:
     batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
@@ -55,6 +57,9 @@ class BatchStreamCallback(keras.callbacks.Callback):
           f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
     self._batcher = batcher
     self._fit_start: int | None = None
+    self._first_epoch = True
+    self._epoch_start = 0
+    self._streams_checked = 0
     self._start_checked = False
     if batcher.start_step is None:
       # A stream Keras opens before `on_train_begin` (to build a model under a distribution
@@ -81,34 +86,56 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "dataset.apply(batcher.per_replica(context))): each worker then takes its replicas' "
           "slices of every global draw.")
     self._fit_start = None
+    self._streams_checked = self._batcher.stats().streams
     self._start_checked = False
 
   def on_epoch_begin(self, epoch, logs=None):
-    if self._fit_start is not None:
-      return  # `fit` keeps one iterator for all epochs of a finite steps_per_epoch.
     step = self._optimizer_step()
     fixed = self._batcher.start_step
     if fixed is None:
+      # Every epoch, not once per fit: `fit` keeps one iterator for all epochs given
+      # steps_per_epoch, and that stream ignores a later start; but for a dataset that ends (a
+      # `take()` after the batcher) it opens a new iterator per epoch, which must start here.
       self._batcher.start_at(step)
-    elif fixed != step:
+    elif self._fit_start is None and fixed != step:
       raise ValueError(
           f"the batcher's stream starts at the fixed start_step={fixed} but the optimizer is at "
           f"step {step}: the batches would not be the draws of their steps. Build the batcher "
           "with start_step=None so that this callback starts it at the optimizer's step.")
-    self._fit_start = step
+    self._first_epoch = self._fit_start is None
+    if self._first_epoch:
+      self._fit_start = step
+    self._epoch_start = step
+    self._start_checked = False
 
   def on_train_batch_end(self, batch, logs=None):
-    # The first call of a fit (with steps_per_execution > 1 its `batch` is not 0).
+    # The epoch's first call (with steps_per_execution > 1 its `batch` is not 0).
     if self._fit_start is None or self._start_checked:
       return
     self._start_checked = True
-    started = self._batcher.last_start()
-    if started != self._fit_start:
+    # Streams that began drawing here since the last check: none for the iterator of the earlier
+    # epochs going on, or for a stream drawn elsewhere.
+    streams = self._batcher.stats().streams
+    began, self._streams_checked = streams > self._streams_checked, streams
+    if self._batcher.start_step is not None:
+      if began and not self._first_epoch:
+        raise RuntimeError(
+            f"fit opened a new iterator for the epoch at step {self._epoch_start}, and the stream "
+            f"began again at its fixed start_step={self._batcher.start_step}: the epoch would repeat "
+            "earlier steps' batches. Give fit the unbounded stream and steps_per_epoch (it then keeps "
+            "one iterator), or build the batcher with start_step=None.")
+      return
+    if not began and not self._first_epoch:
+      return
+    started = self._batcher.last_start() if began else None
+    if started != self._epoch_start:
       raise RuntimeError(
-          f"the batch stream did not start at the optimizer's step {self._fit_start} "
-          f"({'it started at ' + str(started) if started is not None else 'no start was recorded'}): "
-          "it runs where the callback cannot reach it (for example on tf.data service workers). "
-          "Build the batcher with start_step=<the optimizer's step> before distributing it.")
+          f"the batch stream did not start at the optimizer's step {self._epoch_start} "
+          f"({'it started at ' + str(started) if started is not None else 'no start was recorded here'}): "
+          "it runs where the callback cannot reach it (for example on tf.data service workers), or "
+          "began before the callback could start it (a repeat() after the batcher). Build the batcher "
+          "with start_step=<the optimizer's step> before distributing it; repeat() only the batcher's "
+          "unbounded stream.")
 
 
 class AnnealingCallback(BatchStreamCallback):
@@ -150,11 +177,6 @@ class AnnealingCallback(BatchStreamCallback):
   def __init__(self, batcher: _pipeline.RepulsiveBatcher, log_batches: bool = False):
     super().__init__(batcher)
     self._log_batches = log_batches
-    self._epoch_first_step = 0
-
-  def on_epoch_begin(self, epoch, logs=None):
-    super().on_epoch_begin(epoch, logs)
-    self._epoch_first_step = self._optimizer_step()
 
   def on_train_batch_end(self, batch, logs=None):
     super().on_train_batch_end(batch, logs)
@@ -164,7 +186,7 @@ class AnnealingCallback(BatchStreamCallback):
 
   def on_epoch_end(self, epoch, logs=None):
     if logs is not None:
-      self._log(logs, self._optimizer_step() - 1, range(self._epoch_first_step, self._optimizer_step()))
+      self._log(logs, self._optimizer_step() - 1, range(self._epoch_start, self._optimizer_step()))
 
   def _log(self, logs, last_step, steps):
     batcher = self._batcher

@@ -35,10 +35,12 @@ _UNSET = -1
 # Steps whose batches' mingling mix is kept (per step, as it is drawn) for the callbacks' logs.
 _MIX_HISTORY = 4096
 _NO_START_MESSAGE = (
-    "repulsive_batch: the batch stream does not know its first step. In model.fit add "
-    "tf_repulsive.AnnealingCallback(batcher) to the callbacks (it starts the stream at the "
-    "optimizer's step, also when training resumes); elsewhere build the batcher with "
-    "repulsive_batch(..., start_step=N).")
+    "repulsive_batch: the batch stream does not know its first step. A stream of a batcher built "
+    "with start_step=None starts where the last batcher.start_at(step) said, and each start serves "
+    "one stream: none was left for this one (a new iterator, or a repeat() after the batcher). In "
+    "model.fit add tf_repulsive.AnnealingCallback(batcher) to the callbacks (it starts every stream "
+    "at the optimizer's step, also when training resumes); elsewhere call batcher.start_at(step) "
+    "before each new iterator, or build the batcher with repulsive_batch(..., start_step=N).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +49,8 @@ class SamplingStats:
 
   Attributes:
     batches: batches drawn (including any drawn ahead by prefetching).
+    streams: batch streams (new iterators) that began drawing; an iterator restored from a
+      checkpoint continues its stream.
     fallback_batches: batches the darts could not fill within `max_darts` (radius too large for
       the data near the packing limit); their remaining slots were filled uniformly at random.
     fallback_points: points supplied by that fill, over all batches.
@@ -59,6 +63,7 @@ class SamplingStats:
   """
 
   batches: int
+  streams: int
   fallback_batches: int
   fallback_points: int
   radius: float | None
@@ -87,8 +92,8 @@ class _Built:
     self.mingling = drawer.mingling
     # On the host, where the draw's single-device function runs (`_stream_ops`).
     with tf.device("CPU:0"):
-      # Batches drawn, batches that needed the fallback fill, points the fill supplied.
-      self.counters = tf.Variable(tf.zeros([3], tf.int64), trainable=False)
+      # Batches drawn, streams begun, batches that needed the fallback fill, points the fill supplied.
+      self.counters = tf.Variable(tf.zeros([4], tf.int64), trainable=False)
       if self.mingling is not None:
         self.num_mingling_values = self.mingling.neighbors + 1
         self.mingling_tensor = tf.constant(self.mingling.values.astype(np.int32))
@@ -132,8 +137,8 @@ class RepulsiveBatcher:
     # The draw covering a step, for `batch_indices` and `fallback_points` (traced once, at build).
     self._draw_once: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
     if start_step is None:
-      # Where the next stream starts, and where the last one that began here did start: a stream
-      # that runs out of reach (tf.data service) leaves the second unset, and the callback says so.
+      # Where the next stream starts, and where the last one that began in this process did start
+      # (with `stats().streams`, how the callbacks check that each stream began where they said).
       with tf.device("CPU:0"):
         self._next_start = tf.Variable(_UNSET, dtype=tf.int64, trainable=False, name="repulsive_next_start")
         self._last_start = tf.Variable(_UNSET, dtype=tf.int64, trainable=False, name="repulsive_last_start")
@@ -272,8 +277,8 @@ class RepulsiveBatcher:
   def stats(self) -> SamplingStats:
     """Counters of the draws this pipeline made in this process."""
     built = self._require_built()
-    batches, fallback_batches, fallback_points = built.counters.numpy().tolist()
-    return SamplingStats(batches=batches, fallback_batches=fallback_batches,
+    batches, streams, fallback_batches, fallback_points = built.counters.numpy().tolist()
+    return SamplingStats(batches=batches, streams=streams, fallback_batches=fallback_batches,
                          fallback_points=fallback_points, radius=built.drawer.radius,
                          mingling_agreement=None if built.mingling is None else built.mingling.agreement)
 
@@ -281,7 +286,9 @@ class RepulsiveBatcher:
     """Makes the next stream of this batcher (a new iterator) start at `step`.
 
     For batchers built with `start_step=None`; `AnnealingCallback` calls it with the optimizer's
-    step. A stream already running is not affected: its position is its own (and its checkpoint's).
+    step at every epoch. One call starts one stream: a later stream without a call of its own
+    fails rather than repeat the batches of this one. A stream already running is not affected:
+    its position is its own (and its checkpoint's).
 
     Raises:
       ValueError: for a batcher with a fixed `start_step`, or a step < 0.
@@ -291,7 +298,6 @@ class RepulsiveBatcher:
       raise ValueError(
           f"this batcher's stream starts at the fixed start_step={self.start_step}; build it "
           "with start_step=None to start it elsewhere.")
-    self._last_start.assign(_UNSET)
     self._next_start.assign(step)
 
   def last_start(self) -> int | None:
@@ -361,7 +367,8 @@ class RepulsiveBatcher:
     indices, fallback = _checked_draw(built.drawer, self._key, first_step, self.batch_size)
     indices, fallback = indices[skip:], tf.cast(fallback[skip:], tf.int64)
     recorded = [built.counters.assign_add(tf.stack([
-        tf.cast(tf.size(fallback), tf.int64), tf.math.count_nonzero(fallback), tf.reduce_sum(fallback)]))]
+        tf.cast(tf.size(fallback), tf.int64), tf.cast(tf.equal(offset, 0), tf.int64), tf.math.count_nonzero(fallback),
+        tf.reduce_sum(fallback)]))]
     if built.mingling is not None:
       steps = first_step + tf.range(skip, steps_per_draw, dtype=tf.int64)
       mix = tf.math.bincount(tf.gather(built.mingling_tensor, indices), minlength=built.num_mingling_values,
@@ -389,14 +396,16 @@ class RepulsiveBatcher:
     next_start, last_start = self._next_start, self._last_start
 
     # The start is read once, at the stream's first element, and then kept in the scan state,
-    # which iterator checkpoints save: a restored stream continues from its own start.
+    # which iterator checkpoints save: a restored stream continues from its own start. Reading it
+    # uses it up, so that a second stream (a new iterator nobody started, a repeat() after the
+    # batcher) fails instead of repeating the first one's batches.
     def locate(start, offset):
       def read_start():
         value = next_start.read_value()
         known = tf.debugging.assert_non_negative(value, message=_NO_START_MESSAGE)
         with tf.control_dependencies([known]):
-          recorded = last_start.assign(value)
-        with tf.control_dependencies([recorded]):
+          recorded = [last_start.assign(value), next_start.assign(_UNSET)]
+        with tf.control_dependencies(recorded):
           return tf.identity(value)
 
       start = tf.cond(start < 0, read_start, lambda: start)

@@ -613,7 +613,7 @@ def _random_upstream(dataset: tf.data.Dataset) -> str | None:
         return ("a shuffle without a seed (Dataset.shuffle, or Dataset.list_files, which shuffles by "
                 "default): drop it (the sampler randomises the batches), or seed it, e.g. "
                 "shuffle(buffer_size, seed=0) or list_files(pattern, shuffle=False)")
-      return ("random numbers without a seed (Dataset.random, sample_from_datasets): pass seed=")
+      return "random numbers without a seed (Dataset.random, sample_from_datasets): pass seed="
     deterministic = getattr(node, "_deterministic", None)
     if deterministic == "false" or (deterministic == "default" and reorders_by_default):
       return ("a parallel transformation allowed to reorder its elements (deterministic=False, or "

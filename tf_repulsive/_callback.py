@@ -56,8 +56,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
       raise TypeError(
           f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
     self._batcher = batcher
-    self._fit_start: int | None = None
-    self._first_epoch = True
+    self._epochs_begun = 0  # in this fit
     self._epoch_start = 0
     self._streams_checked = 0
     self._start_checked = False
@@ -85,7 +84,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "strategy.distribute_datasets_from_function(lambda context: "
           "dataset.apply(batcher.per_replica(context))): each worker then takes its replicas' "
           "slices of every global draw.")
-    self._fit_start = None
+    self._epochs_begun = 0
     self._streams_checked = self._batcher.stats().streams
     self._start_checked = False
 
@@ -97,35 +96,34 @@ class BatchStreamCallback(keras.callbacks.Callback):
       # steps_per_epoch, and that stream ignores a later start; but for a dataset that ends (a
       # `take()` after the batcher) it opens a new iterator per epoch, which must start here.
       self._batcher.start_at(step)
-    elif self._fit_start is None and fixed != step:
+    elif self._epochs_begun == 0 and fixed != step:
       raise ValueError(
           f"the batcher's stream starts at the fixed start_step={fixed} but the optimizer is at "
           f"step {step}: the batches would not be the draws of their steps. Build the batcher "
           "with start_step=None so that this callback starts it at the optimizer's step.")
-    self._first_epoch = self._fit_start is None
-    if self._first_epoch:
-      self._fit_start = step
+    self._epochs_begun += 1
     self._epoch_start = step
     self._start_checked = False
 
   def on_train_batch_end(self, batch, logs=None):
     # The epoch's first call (with steps_per_execution > 1 its `batch` is not 0).
-    if self._fit_start is None or self._start_checked:
+    if self._epochs_begun == 0 or self._start_checked:
       return
     self._start_checked = True
     # Streams that began drawing here since the last check: none for the iterator of the earlier
     # epochs going on, or for a stream drawn elsewhere.
     streams = self._batcher.stats().streams
     began, self._streams_checked = streams > self._streams_checked, streams
+    first_epoch = self._epochs_begun == 1
     if self._batcher.start_step is not None:
-      if began and not self._first_epoch:
+      if began and not first_epoch:
         raise RuntimeError(
             f"fit opened a new iterator for the epoch at step {self._epoch_start}, and the stream "
             f"began again at its fixed start_step={self._batcher.start_step}: the epoch would repeat "
             "earlier steps' batches. Give fit the unbounded stream and steps_per_epoch (it then keeps "
             "one iterator), or build the batcher with start_step=None.")
       return
-    if not began and not self._first_epoch:
+    if not began and not first_epoch:
       return
     started = self._batcher.last_start() if began else None
     if started != self._epoch_start:

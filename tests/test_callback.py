@@ -129,6 +129,19 @@ def test_a_fixed_start_stream_that_fit_begins_again_is_refused(digits):
   assert batcher.stats().streams == 1
 
 
+@pytest.mark.parametrize("transform,epochs,steps_per_epoch", [
+    (lambda batches: batches.take(7).cache(), 2, None),  # epoch 2 replays the steps 0-6
+    (lambda batches: batches.take(7).cache().repeat(), 2, 7),
+    (lambda batches: batches.unbatch().batch(BATCH // 2), 1, 6),  # two steps per draw
+])
+def test_batches_that_are_not_the_streams_draws_are_refused(digits, transform, epochs, steps_per_epoch):
+  model, _ = _model()
+  batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS())
+  with pytest.raises(RuntimeError, match="the later ones were not its draws"):
+    model.fit(transform(batches), epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0,
+              callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+
+
 def test_several_steps_per_execution_still_start_at_the_optimizer_step(digits):
   model, _ = _model(steps_per_execution=4)
   batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS())

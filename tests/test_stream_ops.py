@@ -17,8 +17,9 @@ def _dataset_functions(dataset):
 
 
 @pytest.mark.parametrize("start_step, functions", [
-    (0, {"ParallelMapDatasetV2": True}),  # the start is zipped in: no function of its own
-    (None, {"ScanDataset": True, "ParallelMapDatasetV2": True}),  # the callback's start, read once
+    # The start is zipped in: no function of its own. The MapDataset records the step delivered.
+    (0, {"ParallelMapDatasetV2": True, "MapDataset": True}),
+    (None, {"ScanDataset": True, "ParallelMapDatasetV2": True, "MapDataset": True}),  # the callback's start
 ])
 def test_every_function_of_the_batch_stream_is_single_device(digits, start_step, functions):
   features, labels = digits
@@ -35,9 +36,10 @@ def test_every_function_of_the_batch_stream_is_single_device(digits, start_step,
 
 @pytest.mark.parametrize("transform", [
     lambda dataset, offset: _stream_ops.parallel_map_on_host(dataset, lambda n: n + offset.read_value()),
+    lambda dataset, offset: _stream_ops.map_on_host(dataset, lambda n: n + offset.read_value()),
     lambda dataset, offset: _stream_ops.scan_on_host(
         dataset, tf.constant(0, tf.int64), lambda state, n: (state, n + offset.read_value())),
-], ids=["map", "scan"])
+], ids=["parallel_map", "map", "scan"])
 def test_a_variable_off_the_host_falls_back_to_the_multi_device_transform(transform):
   # conftest.py configures logical CPUs: CPU:1 stands for a GPU the host function cannot reach.
   for device, single_device in (("CPU:0", True), ("CPU:1", False)):

@@ -23,7 +23,10 @@ class BatchStreamCallback(keras.callbacks.Callback):
   `steps_per_epoch`, or the iterator it opens per epoch for a stream that ends (`.take(n)` after
   the batcher). After the epoch's first batch it checks that, and raises if not: a stream running
   out of the callback's reach (such as on tf.data service workers), a fixed `start_step` that does
-  not match the optimizer, or a fixed-start stream that `fit` began again for a later epoch.
+  not match the optimizer, or a fixed-start stream that `fit` began again for a later epoch. Then
+  and at the epoch's end it also checks that the stream drawn here delivered every step trained,
+  and raises if a transformation after the batcher replayed or split its batches (a `cache()`
+  after a `take()`, an `unbatch().batch()`).
 
   `fit` must be given `steps_per_epoch` (the stream is unbounded; `batcher.steps_per_epoch` for
   one pass's worth of batches per epoch) or a stream that ends.
@@ -60,6 +63,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._epoch_start = 0
     self._streams_checked = 0
     self._start_checked = False
+    self._drawn_here = False  # whether the stream of this fit began in this process
     if batcher.start_step is None:
       # A stream Keras opens before `on_train_begin` (to build a model under a distribution
       # strategy) is thrown away; it only needs a start to open.
@@ -87,6 +91,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._epochs_begun = 0
     self._streams_checked = self._batcher.stats().streams
     self._start_checked = False
+    self._drawn_here = False
 
   def on_epoch_begin(self, epoch, logs=None):
     step = self._optimizer_step()
@@ -114,6 +119,12 @@ class BatchStreamCallback(keras.callbacks.Callback):
     # epochs going on, or for a stream drawn elsewhere.
     streams = self._batcher.stats().streams
     began, self._streams_checked = streams > self._streams_checked, streams
+    self._drawn_here = self._drawn_here or began
+    self._check_start(began)
+    self._check_delivered()
+
+  def _check_start(self, began: bool) -> None:
+    """Raises if the epoch's stream did not begin where it must (`began`: a stream began here)."""
     first_epoch = self._epochs_begun == 1
     if self._batcher.start_step is not None:
       if began and not first_epoch:
@@ -134,6 +145,23 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "began before the callback could start it (a repeat() after the batcher). Build the batcher "
           "with start_step=<the optimizer's step> before distributing it; repeat() only the batcher's "
           "unbounded stream.")
+
+  def on_epoch_end(self, epoch, logs=None):
+    self._check_delivered()
+
+  def _check_delivered(self) -> None:
+    """Raises if fit trained a step the stream has not delivered: its batch came from elsewhere."""
+    if not self._drawn_here:
+      return
+    trained = self._optimizer_step() - 1
+    delivered = self._batcher.stats().last_step_delivered
+    if delivered is None or delivered < trained:
+      raise RuntimeError(
+          f"fit trained step {trained}, but the batch stream has delivered the batches of steps up "
+          f"to {delivered} only: the later ones were not its draws. A transformation after the "
+          "batcher replays or splits its batches (cache(), snapshot() or a save()d copy replay "
+          "earlier steps; unbatch().batch() makes more steps than draws). Transform the input "
+          "dataset before the batcher instead (cache() it there), or give fit the batcher's stream.")
 
 
 class AnnealingCallback(BatchStreamCallback):
@@ -183,6 +211,7 @@ class AnnealingCallback(BatchStreamCallback):
       self._log(logs, step, [step])
 
   def on_epoch_end(self, epoch, logs=None):
+    super().on_epoch_end(epoch, logs)
     if logs is not None:
       self._log(logs, self._optimizer_step() - 1, range(self._epoch_start, self._optimizer_step()))
 
@@ -279,6 +308,7 @@ class ActiveBiasCallback(BatchStreamCallback):
     return self._inputs
 
   def on_epoch_end(self, epoch, logs=None):
+    super().on_epoch_end(epoch, logs)
     inputs, labels = self._training_inputs(), self._batcher.labels
     outputs = self.model.predict(inputs, batch_size=self._batch_size, verbose=0)
     probabilities = tf.nn.softmax(outputs).numpy() if self._from_logits else np.asarray(outputs)

@@ -54,6 +54,8 @@ class SamplingStats:
     fallback_batches: batches the darts could not fill within `max_darts` (radius too large for
       the data near the packing limit); their remaining slots were filled uniformly at random.
     fallback_points: points supplied by that fill, over all batches.
+    last_step_delivered: the step of the batch the pipeline last handed on (to `fit` or to
+      transformations after the batcher); None before the first.
     radius: the disk radius in use (the estimate when the sampler's is None, the calibrated one
       for "auto"); None without disks.
     mingling_agreement: for samplers with mingling values, the share of points whose value
@@ -66,6 +68,7 @@ class SamplingStats:
   streams: int
   fallback_batches: int
   fallback_points: int
+  last_step_delivered: int | None
   radius: float | None
   mingling_agreement: float | None
 
@@ -94,6 +97,7 @@ class _Built:
     with tf.device("CPU:0"):
       # Batches drawn, streams begun, batches that needed the fallback fill, points the fill supplied.
       self.counters = tf.Variable(tf.zeros([4], tf.int64), trainable=False)
+      self.last_step_delivered = tf.Variable(_UNSET, dtype=tf.int64, trainable=False)
       if self.mingling is not None:
         self.num_mingling_values = self.mingling.neighbors + 1
         self.mingling_tensor = tf.constant(self.mingling.values.astype(np.int32))
@@ -147,8 +151,11 @@ class RepulsiveBatcher:
     """The stream of global batches of `dataset` (what `Dataset.apply` calls)."""
     built = self._build(dataset)
 
-    return self._finish(_stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(
-        self._draws(built), lambda start, offset: self._gather(built, self._draw_counted(built, start, offset)))))
+    def draw(start, offset):
+      indices, steps = self._draw_counted(built, start, offset)
+      return self._gather(built, indices), steps
+
+    return self._finish(built, _stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(self._draws(built), draw)))
 
   def per_replica(self, input_context: tf.distribute.InputContext) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """The form of this batcher for `distribute_datasets_from_function`.
@@ -182,10 +189,11 @@ class RepulsiveBatcher:
       self._per_replica_slices = True
 
       def draw_slices(start, offset):
-        indices = self._draw_counted(built, start, offset)
-        return self._gather(built, tf.reshape(indices, [-1, replicas, per_replica])[:, first:first + local])
+        indices, steps = self._draw_counted(built, start, offset)
+        slices = self._gather(built, tf.reshape(indices, [-1, replicas, per_replica])[:, first:first + local])
+        return slices, tf.tile(steps[:, None], [1, local])
 
-      return self._finish(_stream_ops.unbatch_dense(_stream_ops.unbatch_dense(
+      return self._finish(built, _stream_ops.unbatch_dense(_stream_ops.unbatch_dense(
           _stream_ops.parallel_map_on_host(self._draws(built), draw_slices))))
 
     return apply
@@ -278,8 +286,11 @@ class RepulsiveBatcher:
     """Counters of the draws this pipeline made in this process."""
     built = self._require_built()
     batches, streams, fallback_batches, fallback_points = built.counters.numpy().tolist()
+    last_step_delivered = int(built.last_step_delivered.numpy())
     return SamplingStats(batches=batches, streams=streams, fallback_batches=fallback_batches,
-                         fallback_points=fallback_points, radius=built.drawer.radius,
+                         fallback_points=fallback_points,
+                         last_step_delivered=None if last_step_delivered == _UNSET else last_step_delivered,
+                         radius=built.drawer.radius,
                          mingling_agreement=None if built.mingling is None else built.mingling.agreement)
 
   def start_at(self, step: int) -> None:
@@ -355,28 +366,28 @@ class RepulsiveBatcher:
     indices, fallback = self._draw_once(tf.constant(step - step % steps_per_draw, tf.int64))
     return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
 
-  def _draw_counted(self, built: _Built, start: tf.Tensor, offset: tf.Tensor) -> tf.Tensor:
-    """The indices of the stream's draw number `offset`, counted and recorded.
+  def _draw_counted(self, built: _Built, start: tf.Tensor, offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The indices of the stream's draw number `offset` and their steps, counted and recorded.
 
-    `[S - skip, k]`: the steps of the draw from the stream's `start` on (a stream that starts
-    mid-draw skips that draw's earlier steps).
+    `[S - skip, k]` and `[S - skip]`: the steps of the draw from the stream's `start` on (a
+    stream that starts mid-draw skips that draw's earlier steps).
     """
     steps_per_draw = built.drawer.steps_per_draw
     first_step = (start // steps_per_draw + offset) * steps_per_draw
     skip = tf.maximum(start - first_step, 0)
     indices, fallback = _checked_draw(built.drawer, self._key, first_step, self.batch_size)
     indices, fallback = indices[skip:], tf.cast(fallback[skip:], tf.int64)
+    steps = first_step + tf.range(skip, steps_per_draw, dtype=tf.int64)
     recorded = [built.counters.assign_add(tf.stack([
         tf.cast(tf.size(fallback), tf.int64), tf.cast(tf.equal(offset, 0), tf.int64), tf.math.count_nonzero(fallback),
         tf.reduce_sum(fallback)]))]
     if built.mingling is not None:
-      steps = first_step + tf.range(skip, steps_per_draw, dtype=tf.int64)
       mix = tf.math.bincount(tf.gather(built.mingling_tensor, indices), minlength=built.num_mingling_values,
                              maxlength=built.num_mingling_values, dtype=tf.int64, axis=-1)
       rows = tf.concat([steps[:, None], mix], axis=1)
       recorded.append(built.mix_record.scatter_nd_update((steps % _MIX_HISTORY)[:, None], rows))
     with tf.control_dependencies(recorded):
-      return tf.identity(indices)
+      return tf.identity(indices), steps
 
   @staticmethod
   def _gather(built: _Built, indices: tf.Tensor) -> Any:
@@ -414,7 +425,8 @@ class RepulsiveBatcher:
     return _stream_ops.scan_on_host(draws, tf.constant(_UNSET, tf.int64), locate)
 
   @staticmethod
-  def _finish(batches: tf.data.Dataset) -> tf.data.Dataset:
+  def _finish(built: _Built, batches: tf.data.Dataset) -> tf.data.Dataset:
+    """The stream of (batch, step) as it leaves the pipeline: prefetched, the step recorded, dropped."""
     options = tf.data.Options()
     # The counters (and the start of a callback-started stream) are variables; their values are
     # not in iterator checkpoints and need not be: the stream's position and start are.
@@ -427,7 +439,16 @@ class RepulsiveBatcher:
     # again, for every iterator. The draw is parallel already; the prefetch is the one default
     # that matters for it.
     options.experimental_optimization.apply_default_optimizations = False
-    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+    last_step_delivered = built.last_step_delivered
+
+    # After the prefetch, so that it records what leaves the pipeline, not what is drawn ahead:
+    # the callbacks refuse a step trained beyond the last one delivered (a replay, such as a
+    # cache() after a take()).
+    def deliver(batch, step):
+      with tf.control_dependencies([last_step_delivered.assign(step)]):
+        return tf.nest.map_structure(tf.identity, batch)
+
+    return _stream_ops.map_on_host(batches.prefetch(tf.data.AUTOTUNE), deliver).with_options(options)
 
   def _warn_if_first_batch_needs_the_fill(self) -> None:
     # A filled batch is still k distinct points, but partly uniform: say so once, at build time,

@@ -1,4 +1,4 @@
-"""The batch stream's `map`, `scan` and `unbatch`, with no multi-device function for an iterator.
+"""The batch stream's `map`s, `scan` and `unbatch`, with no multi-device function for an iterator.
 
 tf.data instantiates a dataset function as a multi-device function for every new iterator, which
 runs Grappler's meta-optimizer over it: most of the time a new iterator of the batch stream took
@@ -9,7 +9,9 @@ tensorflow/core/data/captured_function.cc; TensorFlow marks its own `copy_to_dev
 so). `Dataset.map` and `Dataset.scan` cannot set a function attribute, hence TensorFlow's private
 constructor pieces below: `StructuredFunctionWrapper` (its `defun_kwargs` become function
 attributes) and the `ParallelMapDatasetV2` and `ScanDataset` ops, as
-`Dataset.map(num_parallel_calls=..., deterministic=True)` and `Dataset.scan` build them.
+`Dataset.map(num_parallel_calls=..., deterministic=True)` and `Dataset.scan` build them, and the
+`MapDataset` op, as `Dataset.map` builds it but run in the consumer's thread (a function that
+only records is cheaper there than handed to the inter-op pool).
 `Dataset.unbatch` maps an identity function over its input first (to densify sparse and ragged
 components, which the batch stream never has): `unbatch_dense` leaves that map out.
 """
@@ -35,16 +37,33 @@ def parallel_map_on_host(dataset: tf.data.Dataset, map_func: Callable[..., Any])
   A single-device function on the host cannot read a variable placed elsewhere (a GPU): if
   `map_func` captures one, this is that public `map` call instead, with the same elements.
   """
+  return _map_on_host(dataset, map_func, parallel=True)
+
+
+def map_on_host(dataset: tf.data.Dataset, map_func: Callable[..., Any]) -> tf.data.Dataset:
+  """`dataset.map(map_func)` (in the consumer's thread, one element at a time), single-device.
+
+  Falls back to that public call as `parallel_map_on_host` does.
+  """
+  return _map_on_host(dataset, map_func, parallel=False)
+
+
+def _map_on_host(dataset: tf.data.Dataset, map_func: Callable[..., Any], parallel: bool) -> tf.data.Dataset:
   wrapper = structured_function.StructuredFunctionWrapper(
       map_func, "Dataset.map()", dataset=dataset, defun_kwargs=dict(_SINGLE_DEVICE))
   if not _captures_only_host_resources(wrapper):
-    return dataset.map(map_func, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if parallel:
+      return dataset.map(map_func, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.map(map_func)
+  arguments = dict(input_dataset=dataset._variant_tensor,  # pylint: disable=protected-access
+                   other_arguments=wrapper.function.captured_inputs, f=wrapper.function, preserve_cardinality=True)
+  if parallel:
+    return _HostFunctionDataset(dataset, wrapper, wrapper.output_structure, lambda common_args: (
+        gen_dataset_ops.parallel_map_dataset_v2(
+            num_parallel_calls=tf.constant(tf.data.AUTOTUNE, tf.int64), deterministic="true",
+            **arguments, **common_args)))
   return _HostFunctionDataset(dataset, wrapper, wrapper.output_structure, lambda common_args: (
-      gen_dataset_ops.parallel_map_dataset_v2(
-          dataset._variant_tensor,  # pylint: disable=protected-access
-          wrapper.function.captured_inputs, f=wrapper.function,
-          num_parallel_calls=tf.constant(tf.data.AUTOTUNE, tf.int64), deterministic="true",
-          preserve_cardinality=True, **common_args)))
+      gen_dataset_ops.map_dataset(use_inter_op_parallelism=False, **arguments, **common_args)))
 
 
 def scan_on_host(dataset: tf.data.Dataset, initial_state: tf.Tensor,

@@ -200,3 +200,39 @@ def test_a_drawer_with_python_control_flow_on_tensors_is_converted_by_autograph(
   batches = tf.data.Dataset.from_tensor_slices(np.arange(50.0)).apply(batcher)
   assert [batch.numpy().tolist() for batch in batches.take(3)] == [[0, 1, 2], [49, 48, 47], [0, 1, 2]]
   np.testing.assert_array_equal(batcher.batch_indices(1), [49, 48, 47])
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FirstPointsWithItsOwnTrace(tf_repulsive.Sampler):
+  """The first k points at every step, with a traced function of the draw that counts its calls."""
+
+  calls: list = dataclasses.field(default_factory=list)
+
+  def build(self, context):
+    k, calls = context.batch_size, self.calls
+
+    class Drawer(tf_repulsive.BatchDrawer):
+      def draw(self, key, first_step):
+        del key, first_step
+        return tf.range(k)[None], tf.zeros([1], tf.int32)
+
+      def traced_draw(self):
+        traced = tf.function(self.draw)
+
+        def draw(key, first_step):
+          calls.append(int(first_step))
+          return traced(key, first_step)
+
+        return draw
+
+    return Drawer()
+
+
+def test_a_drawer_s_own_traced_draw_serves_the_draws_outside_the_pipeline():
+  sampler = FirstPointsWithItsOwnTrace()
+  batcher = tf_repulsive.repulsive_batch(3, sampler, seed=0, start_step=0)
+  batches = tf.data.Dataset.from_tensor_slices(np.arange(50.0)).apply(batcher)
+  assert [batch.numpy().tolist() for batch in batches.take(2)] == [[0, 1, 2], [0, 1, 2]]
+  np.testing.assert_array_equal(batcher.batch_indices(7), [0, 1, 2])
+  assert batcher.fallback_points(9) == 0
+  assert sampler.calls == [7, 9]

@@ -48,6 +48,19 @@ def test_auto_radius_is_a_property_of_the_data_not_of_the_seed(digits):
   assert len(values) == 1
 
 
+def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace(digits):
+  # On small data tracing the draw costs more than all of the calibration's draws: a build that
+  # traced it once more for the calibration would spend most of its time calibrating.
+  x, y = digits
+  drawer = tf_repulsive.VanillaPDS(radius="auto").build(tf_repulsive.SamplingContext(
+      features=x, labels=None, batch_size=50, distance_cache_bytes=0))
+  traced = drawer._traced_draws
+  assert traced.experimental_get_tracing_count() == 1
+  indices, fallback = drawer.traced_draw()(tf.constant([5, 6], tf.int64), tf.constant(32, tf.int64))
+  assert indices.shape == (drawer.steps_per_draw, 50) and fallback.shape == (drawer.steps_per_draw,)
+  assert traced.experimental_get_tracing_count() == 1
+
+
 def test_auto_radius_is_as_large_as_the_darts_allow():
   # 1-D points 0..99 and batches of 10: disks of radius r fit iff about 100 / r >= 10, so the
   # calibrated radius lies between what fits easily and what cannot fit at all.

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -73,6 +74,16 @@ class BatchDrawer:
       (zeros for samplers without one).
     """
     raise NotImplementedError
+
+  def traced_draw(self) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None:
+    """A traced function that computes `draw`, for the draws the batcher makes outside the pipeline.
+
+    Those are `batcher.batch_indices`, `batcher.fallback_points` and the build's check of the
+    first batch. The default, None, lets the batcher trace `draw` itself. A drawer that has
+    traced a function of its draw already (the disk samplers calibrate `radius="auto"` with
+    one) returns it, and the build is spared a second trace. It must return what `draw` does.
+    """
+    return None
 
   def pi(self, step: tf.Tensor) -> tf.Tensor | None:
     """The distribution over mingling values that darts follow at `step`, or None (the default)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 from typing import Callable
 
@@ -125,13 +126,18 @@ class DartThrower(BatchDrawer):
     # the Gram work close to what the accepted set needs.
     self._first_block = min(math.ceil(1.25 * batch_size), plan.max_darts)
     self._block = max(8, math.ceil(batch_size / 4))
-    self._later_blocks = max(0, math.ceil((plan.max_darts - self._first_block) / self._block))
+    self._later_blocks = self._later_blocks_within(plan.max_darts)
     # Block size -> [size, size] bool, True where the column's dart comes before the row's.
     self._earlier = {size: tf.constant(np.tri(size, k=-1, dtype=bool))
                      for size in (self._first_block, self._block)}
     # Width -> [S, width] int32 holding each entry's row (step) number, for scatters.
     self._step_rows = {width: tf.constant(np.repeat(np.arange(self.steps_per_draw, dtype=np.int32)[:, None], width, 1))
                        for width in (self._first_block, self._block, batch_size)}
+    # One trace serves every draw outside the pipeline: the radius calibration's, at any radius scale
+    # and dart budget, and the batcher's (`traced_draw`), at any key.
+    self._traced_draws = tf.function(functools.partial(DartThrower._draws, self), autograph=False, input_signature=(
+        tf.TensorSpec([2], tf.int64), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int32),
+        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)))
 
   def _pairwise_sq_distances(self, verbose: bool) -> tf.Tensor:
     """`[N * N]` shrunk squared distances (row-major), computed like the on-the-fly test."""
@@ -150,31 +156,35 @@ class DartThrower(BatchDrawer):
     """This thrower with every disk radius multiplied by `radius_scale` (shares all tensors)."""
     scaled = copy.copy(self)
     scaled.radius_scale = float(radius_scale)
-    if scaled.radius_scale == 0.0 and getattr(self, "_uniform_radius", None) is not None:
-      scaled._uniform_radius = 0.0  # no disks: only identity conflicts
     return scaled
 
   def pi(self, step: tf.Tensor) -> tf.Tensor | None:
     return None if self._plan.pi is None else self._plan.pi(step)
 
-  @tf.autograph.experimental.do_not_convert
-  def count_fills(self, radius_scale: tf.Tensor, key: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
-    """How many batches of steps 0 .. draws - 1 (rounded up to whole draws) need the fallback fill.
+  def count_fills(self, radius_scale: float, key: tf.Tensor, steps: range, max_darts: int) -> int:
+    """How many draws of `steps` (whole draws) need the fallback fill within `max_darts` darts a batch.
 
-    Stops counting after the first draw with a fill. For calibrating the radius: `radius_scale`
-    is a tensor, so one trace serves every candidate.
+    Stops counting at the first draw with a fill. For calibrating the radius: every scale and
+    budget runs the one trace of `traced_draw`.
     """
-    steps_per_draw = self.steps_per_draw
+    first_draw = steps.start // self.steps_per_draw
+    _, _, filled = self._traced_draws(
+        key, tf.constant(first_draw * self.steps_per_draw, tf.int64),
+        tf.constant(-(-steps.stop // self.steps_per_draw) - first_draw, tf.int32),
+        tf.constant(radius_scale, tf.float32), tf.constant(self._later_blocks_within(max_darts), tf.int32))
+    return int(filled)
 
-    def keep_drawing(first_step, fills):
-      return tf.logical_and(first_step < tf.cast(draws, tf.int64), fills == 0)
+  def traced_draw(self) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """`draw` through the calibration's trace, at this thrower's radius scale and dart budget."""
+    radius_scale = tf.constant(self.radius_scale, tf.float32)
+    later_blocks = tf.constant(self._later_blocks, tf.int32)
+    one = tf.constant(1, tf.int32)
 
-    def draw_steps(first_step, fills):
-      _, fallback = self._draw(key, first_step, radius_scale)
-      return first_step + steps_per_draw, fills + tf.reduce_sum(tf.cast(fallback > 0, tf.int32))
+    def draw(key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+      indices, fallback, _ = self._traced_draws(key, first_step, one, radius_scale, later_blocks)
+      return indices, fallback
 
-    return tf.while_loop(keep_drawing, draw_steps, (tf.constant(0, tf.int64), tf.constant(0)),
-                         maximum_iterations=-(-draws // steps_per_draw))[1]
+    return draw
 
   # The built-in drawers' control flow is explicit TensorFlow ops: AutoGraph would only re-read
   # their source, on the first trace in each process (~0.6 s of a first build). Custom drawers
@@ -192,10 +202,37 @@ class DartThrower(BatchDrawer):
       order; `fallback`: `[steps_per_draw]` int32, how many of each step's the fallback fill
       supplied because the dart budget ran out.
     """
-    return self._draw(key, first_step, self.radius_scale)
+    return self._draw(key, first_step, tf.constant(self.radius_scale, tf.float32), self._later_blocks)
 
-  def _draw(self, key: tf.Tensor, first_step: tf.Tensor,
-            radius_scale: float | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  def _later_blocks_within(self, max_darts: int) -> int:
+    """The dart blocks after the first that a budget of `max_darts` darts a batch allows."""
+    return max(0, math.ceil((max_darts - self._first_block) / self._block))
+
+  def _draws(self, key: tf.Tensor, first_step: tf.Tensor, num_draws: tf.Tensor, radius_scale: tf.Tensor,
+             later_blocks: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """`num_draws` consecutive draws from `first_step` on, up to the first that needs the fill.
+
+    Returns the last draw's indices and fallback counts, and how many draws needed the fill.
+    """
+    steps_per_draw = self.steps_per_draw
+
+    def keep_drawing(draw, indices, fallback, filled):
+      del indices, fallback
+      return tf.logical_and(draw < num_draws, filled == 0)
+
+    def next_draw(draw, indices, fallback, filled):
+      del indices, fallback
+      indices, fallback = self._draw(key, first_step + tf.cast(draw, tf.int64) * steps_per_draw, radius_scale,
+                                     later_blocks)
+      return draw + 1, indices, fallback, filled + tf.cast(tf.reduce_any(fallback > 0), tf.int32)
+
+    start = (tf.constant(0), tf.zeros([steps_per_draw, self._batch_size], tf.int32),
+             tf.zeros([steps_per_draw], tf.int32), tf.constant(0))
+    _, indices, fallback, filled = tf.while_loop(keep_drawing, next_draw, start, maximum_iterations=num_draws)
+    return indices, fallback, filled
+
+  def _draw(self, key: tf.Tensor, first_step: tf.Tensor, radius_scale: tf.Tensor,
+            later_blocks: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     draw_key = tf.random.experimental.stateless_fold_in(key, first_step // self.steps_per_draw)
     log_pi = None
     if self._plan.pi is not None:
@@ -211,7 +248,7 @@ class DartThrower(BatchDrawer):
 
     def keep_throwing(block, accepted, count):
       del accepted
-      return tf.logical_and(tf.reduce_any(count < self._batch_size), block <= self._later_blocks)
+      return tf.logical_and(tf.reduce_any(count < self._batch_size), block <= later_blocks)
 
     def throw_block(block, accepted, count):
       darts = self._darts(draw_key, block, self._block, log_pi)
@@ -220,7 +257,7 @@ class DartThrower(BatchDrawer):
 
     _, accepted, count = tf.while_loop(
         keep_throwing, throw_block, (tf.constant(1), accepted, count),
-        maximum_iterations=self._later_blocks)
+        maximum_iterations=later_blocks)
     indices = tf.cond(
         tf.reduce_any(count < self._batch_size),
         lambda: self._fill_uniformly(draw_key, accepted, count),
@@ -252,7 +289,7 @@ class DartThrower(BatchDrawer):
     member = tf.cast(tf.minimum(tf.floor(uniform * counts), counts - 1.0), tf.int32)
     return tf.gather(self._points_by_value, tf.gather(self._value_offsets, value) + member)
 
-  def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: float | tf.Tensor) -> tf.Tensor:
+  def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
     """`[S, rows, cols]` bool per step: same point, or closer than the smaller of the two radii."""
     same = tf.equal(rows[:, :, None], cols[:, None, :])
     if self._plan.point_radius is None or self._uniform_radius == 0.0:
@@ -267,14 +304,16 @@ class DartThrower(BatchDrawer):
       pairs = tf.cast(rows, tf.int64)[:, :, None] * self._num_points + tf.cast(cols, tf.int64)[:, None, :]
       sq_dist = tf.gather(self._sq_distances, pairs)
     if self._uniform_radius is not None:
-      return sq_dist < (self._uniform_radius * radius_scale) ** 2
+      # Radius 0 (a scale of 0) has no disks: only the point itself conflicts.
+      sq_radius = tf.square(self._uniform_radius * radius_scale)
+      return tf.logical_or(same, sq_dist < tf.where(sq_radius > 0.0, sq_radius, -np.inf))
     # Per-point radii: radius 0 means no disk, so identity must be tested separately.
     sq_radius = tf.square(radius_scale * tf.minimum(tf.gather(self._point_radius, rows)[:, :, None],
                                                     tf.gather(self._point_radius, cols)[:, None, :]))
     return tf.logical_or(same, tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius))
 
   def _accept(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor,
-              radius_scale: float | tf.Tensor, against_accepted: bool) -> tuple[tf.Tensor, tf.Tensor]:
+              radius_scale: tf.Tensor, against_accepted: bool) -> tuple[tf.Tensor, tf.Tensor]:
     """Adds to each step's `accepted` exactly the darts the sequential algorithm would accept."""
     size = darts.shape[1]
     if against_accepted:

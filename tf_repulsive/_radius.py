@@ -16,16 +16,17 @@ _SUBSAMPLE_SIZE = 2000
 _CALIBRATION_KEY = (_SUBSAMPLE_SEED, 0xCA1B)
 # "auto": the scale is bracketed (at most 2x the median-based radius, i.e. the median distance:
 # wider disks exclude rather than repel, and Easy PDS, whose disks only easy points have, would
-# otherwise grow them without bound) and bisected to 1/64 of the bracket on 64 draws per
-# candidate. 90% of that, away from jamming, where a batch needs many more darts, must then pass
-# 1024 draws without a fill (else it shrinks by 10%, at most 4 times; a fill beyond that shows in
-# stats() and the build's warning): a radius whose batches need the fill 1% of the time passes
-# that with probability 3e-5 (256 draws let it pass with 8%, and it did: Easy PDS on the sine
-# boundary, 2-3 fills in 200 steps).
-SEARCH_DRAWS = 64
-CALIBRATION_DRAWS = 1024
+# otherwise grow them without bound) and bisected to 1/16 of the bracket for the largest scale at
+# which each batch of steps 0-15 fills within half the dart budget. The radius is 90% of that:
+# near the packing limit a batch needs many times the darts, and on data where that limit is
+# sharp (the 60000 x 784 clusters) the largest radius that fits makes every batch 3x slower. At
+# the full budget, steps 0-31 must then need no fill (else the radius shrinks by 10%, at most 4
+# times; a fill beyond that shows in stats() and the build's warning).
+SEARCH_STEPS = range(0, 16)
+CHECK_STEPS = range(0, 32)
+_SEARCH_BUDGET = 0.5
 _MAX_SCALE = 2.0
-_BISECTIONS = 6
+_BISECTIONS = 4
 _MARGIN = 0.9
 _SHRINKS = 4
 
@@ -54,39 +55,36 @@ def half_median_distance(features: np.ndarray, subsample: int = _SUBSAMPLE_SIZE)
   return 0.5 * float(np.sqrt(max(np.median(sq_dist[upper]), 0.0)))
 
 
-def calibrated_scale(count_fills: Callable[[tf.Tensor, tf.Tensor, int], tf.Tensor], verbose: bool) -> float:
-  """The largest factor on the base radius for which no calibration draw needs the fallback fill.
+def calibrated_scale(count_fills: Callable[[float, tf.Tensor, range, int], int], max_darts: int,
+                     verbose: bool) -> float:
+  """90% of the largest factor on the base radius at which calibration batches fill with darts to spare.
 
   Args:
-    count_fills: `(scale, key, draws) -> fills`, as `DartThrower.count_fills`: how many of the
-      draws of steps 0 .. draws - 1 with every radius times `scale` need the fill (it may stop
-      counting at one).
+    count_fills: `(scale, key, steps, max_darts) -> fills`, as `DartThrower.count_fills`: how
+      many of the batches of the range `steps` with every radius times `scale` need the fill
+      within `max_darts` darts each (it may stop counting at one).
+    max_darts: the sampler's dart budget per batch.
     verbose: show a progress bar if calibrating takes more than about 2 s.
 
   Returns:
     The factor; 0.0 (no disks) when even tiny disks do not fit.
   """
-  count = tf.function(count_fills)
   key = tf.constant(_CALIBRATION_KEY, tf.int64)
+  search_darts = max(1, int(_SEARCH_BUDGET * max_darts))
   with _progress.bar("calibrating the radius", None, verbose) as progress:
 
-    def fits(scale: float, draws: int = SEARCH_DRAWS) -> bool:
+    def fits(scale: float, steps: range = SEARCH_STEPS, darts: int = search_darts) -> bool:
       progress.update(1)
-      return int(count(tf.constant(scale, tf.float32), key, tf.constant(draws))) == 0
+      return count_fills(scale, key, steps, darts) == 0
 
-    if not fits(1.0):
-      low, high = 0.0, 1.0
-    elif fits(_MAX_SCALE):
-      low = high = _MAX_SCALE
-    else:
-      low, high = 1.0, _MAX_SCALE
-    if high > low:
-      for _ in range(_BISECTIONS):
-        middle = 0.5 * (low + high)
-        low, high = (middle, high) if fits(middle) else (low, middle)
-    scale = _MARGIN * low
+    low, high = (1.0, _MAX_SCALE) if fits(1.0) else (0.0, 1.0)
+    for _ in range(_BISECTIONS):
+      middle = 0.5 * (low + high)
+      low, high = (middle, high) if fits(middle) else (low, middle)
+    # The cap is tried only when every candidate below it fitted.
+    scale = _MARGIN * (_MAX_SCALE if high == _MAX_SCALE and fits(_MAX_SCALE) else low)
     for _ in range(_SHRINKS):
-      if scale == 0.0 or fits(scale, CALIBRATION_DRAWS):
+      if scale == 0.0 or fits(scale, CHECK_STEPS, max_darts):
         break
       scale *= _MARGIN
   return scale

@@ -19,7 +19,7 @@ _CALIBRATION_KEY = (_SUBSAMPLE_SEED, 0xCA1B)
 # otherwise grow them without bound) and bisected to 1/16 of the bracket for the largest scale at
 # which each batch of steps 0-15 fills within half the dart budget. The radius is 90% of that:
 # near the packing limit a batch needs many times the darts, and on data where that limit is
-# sharp (the 60000 x 784 clusters) the largest radius that fits makes every batch 3x slower. At
+# sharp the largest radius that fits makes every batch several times slower (BUILD_NOTES.md). At
 # the full budget, steps 0-31 must then need no fill (else the radius shrinks by 10%, at most 4
 # times; a fill beyond that shows in stats() and the build's warning).
 SEARCH_STEPS = range(0, 16)

@@ -1,6 +1,8 @@
 """repulsive_batch: batch properties, reproducibility and the step stream."""
 
+import gc
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -150,6 +152,23 @@ def test_one_sampler_configures_many_pipelines(digits):
   np.testing.assert_array_equal(next(iter(first_batches))[2], first.batch_indices(0))
   np.testing.assert_array_equal(next(iter(second_batches))[2], second.batch_indices(0))
   assert second.num_points == 600 and first.num_points == len(digits[1])
+
+
+@pytest.mark.parametrize("sampler", [tf_repulsive.VanillaPDS(), tf_repulsive.VanillaPDS(radius="auto"),
+                                     tf_repulsive.AnnealPDS()], ids=["default radius", "auto radius", "anneal"])
+def test_a_dropped_pipeline_frees_its_drawer_at_once(digits, sampler):
+  # The drawer holds the centred features and the distance cache (up to 512 MiB): in a reference
+  # cycle they would stay until Python's next full garbage collection.
+  batcher, batches = _digits_pipeline(digits, sampler)
+  next(iter(batches))
+  batcher.batch_indices(20)
+  drawer = weakref.ref(batcher._built.drawer)
+  gc.disable()
+  try:
+    del batcher, batches
+    assert drawer() is None
+  finally:
+    gc.enable()
 
 
 def test_a_batcher_drives_one_pipeline(digits):

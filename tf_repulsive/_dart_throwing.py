@@ -134,10 +134,13 @@ class DartThrower(BatchDrawer):
     self._step_rows = {width: tf.constant(np.repeat(np.arange(self.steps_per_draw, dtype=np.int32)[:, None], width, 1))
                        for width in (self._first_block, self._block, batch_size)}
     # One trace serves every draw outside the pipeline: the radius calibration's, at any radius scale
-    # and dart budget, and the batcher's (`traced_draw`), at any key.
-    self._traced_draws = tf.function(functools.partial(DartThrower._draws, self), autograph=False, input_signature=(
-        tf.TensorSpec([2], tf.int64), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int32),
-        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)))
+    # and dart budget, and the batcher's (`traced_draw`), at any key. It draws with a copy made
+    # before this attribute exists: a function that referenced the thrower holding it would be a
+    # cycle, and keep the tensors (the distance cache, say) until the next garbage collection.
+    self._traced_draws = tf.function(
+        functools.partial(DartThrower._draws, copy.copy(self)), autograph=False, input_signature=(
+            tf.TensorSpec([2], tf.int64), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int32),
+            tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)))
 
   def _pairwise_sq_distances(self, verbose: bool) -> tf.Tensor:
     """`[N * N]` shrunk squared distances (row-major), computed like the on-the-fly test."""

@@ -353,10 +353,12 @@ class RepulsiveBatcher:
                     hint="It is the number of steps one draw covers.")
     self._built = _Built(drawer, data)
     traced_draw = drawer.traced_draw()
-    # A partial, not a lambda: TensorFlow counts traces per code object, and would call one trace
-    # per batcher "retracing" after a few batchers.
-    self._draw_once = (functools.partial(traced_draw, self._key) if traced_draw is not None else
-                       tf.function(functools.partial(_checked_draw, drawer, self._key, batch_size=self.batch_size)))
+    if traced_draw is not None:
+      self._draw_once = functools.partial(traced_draw, self._key)
+    else:
+      # A partial, not a lambda: TensorFlow counts traces per code object, and would call one
+      # trace per batcher "retracing" after a few batchers.
+      self._draw_once = tf.function(functools.partial(_checked_draw, drawer, self._key, batch_size=self.batch_size))
     if drawer.radius is not None:
       self._warn_if_first_batch_needs_the_fill()
     return self._built

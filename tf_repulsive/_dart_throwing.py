@@ -164,16 +164,14 @@ class DartThrower(BatchDrawer):
   def pi(self, step: tf.Tensor) -> tf.Tensor | None:
     return None if self._plan.pi is None else self._plan.pi(step)
 
-  def count_fills(self, radius_scale: float, key: tf.Tensor, steps: range, max_darts: int) -> int:
-    """How many draws of `steps` (whole draws) need the fallback fill within `max_darts` darts a batch.
+  def count_fills(self, radius_scale: float, key: tf.Tensor, steps: int, max_darts: int) -> int:
+    """How many draws of steps 0 .. steps - 1 (whole draws) need the fallback fill within `max_darts` darts a batch.
 
     Stops counting at the first draw with a fill. For calibrating the radius: every scale and
     budget runs the one trace of `traced_draw`.
     """
-    first_draw = steps.start // self.steps_per_draw
     _, _, filled = self._traced_draws(
-        key, tf.constant(first_draw * self.steps_per_draw, tf.int64),
-        tf.constant(-(-steps.stop // self.steps_per_draw) - first_draw, tf.int32),
+        key, tf.constant(0, tf.int64), tf.constant(-(-steps // self.steps_per_draw), tf.int32),
         tf.constant(radius_scale, tf.float32), tf.constant(self._later_blocks_within(max_darts), tf.int32))
     return int(filled)
 

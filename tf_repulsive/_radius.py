@@ -22,8 +22,8 @@ _CALIBRATION_KEY = (_SUBSAMPLE_SEED, 0xCA1B)
 # sharp the largest radius that fits makes every batch several times slower (BUILD_NOTES.md). At
 # the full budget, steps 0-31 must then need no fill (else the radius shrinks by 10%, at most 4
 # times; a fill beyond that shows in stats() and the build's warning).
-SEARCH_STEPS = range(0, 16)
-CHECK_STEPS = range(0, 32)
+SEARCH_STEPS = 16
+CHECK_STEPS = 32
 _SEARCH_BUDGET = 0.5
 _MAX_SCALE = 2.0
 _BISECTIONS = 4
@@ -55,13 +55,13 @@ def half_median_distance(features: np.ndarray, subsample: int = _SUBSAMPLE_SIZE)
   return 0.5 * float(np.sqrt(max(np.median(sq_dist[upper]), 0.0)))
 
 
-def calibrated_scale(count_fills: Callable[[float, tf.Tensor, range, int], int], max_darts: int,
+def calibrated_scale(count_fills: Callable[[float, tf.Tensor, int, int], int], max_darts: int,
                      verbose: bool) -> float:
   """90% of the largest factor on the base radius at which calibration batches fill with darts to spare.
 
   Args:
     count_fills: `(scale, key, steps, max_darts) -> fills`, as `DartThrower.count_fills`: how
-      many of the batches of the range `steps` with every radius times `scale` need the fill
+      many of the batches of steps 0 .. steps - 1 with every radius times `scale` need the fill
       within `max_darts` darts each (it may stop counting at one).
     max_darts: the sampler's dart budget per batch.
     verbose: show a progress bar if calibrating takes more than about 2 s.
@@ -73,7 +73,7 @@ def calibrated_scale(count_fills: Callable[[float, tf.Tensor, range, int], int],
   search_darts = max(1, int(_SEARCH_BUDGET * max_darts))
   with _progress.bar("calibrating the radius", None, verbose) as progress:
 
-    def fits(scale: float, steps: range = SEARCH_STEPS, darts: int = search_darts) -> bool:
+    def fits(scale: float, steps: int = SEARCH_STEPS, darts: int = search_darts) -> bool:
       progress.update(1)
       return count_fills(scale, key, steps, darts) == 0
 

@@ -23,14 +23,13 @@ def _batch(thrower, step):
   return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
 
 
-def _thrown_darts(thrower, step, log_pi=None):
+def _thrown_darts(thrower, step, pi=None):
   """Every dart `draw` may throw for `step`, in order (same stateless calls as the thrower)."""
   steps_per_draw = thrower.steps_per_draw
   draw_key = tf.random.experimental.stateless_fold_in(KEY, tf.constant(step // steps_per_draw, tf.int64))
-  if log_pi is not None:
-    log_pi = tf.tile(log_pi[None], [steps_per_draw, 1])
-  blocks = [thrower._darts(draw_key, 0, thrower._first_block, log_pi)]
-  blocks += [thrower._darts(draw_key, b, thrower._block, log_pi)
+  pi_cdf = None if pi is None else thrower._effective_cdf(tf.tile(pi[None], [steps_per_draw, 1]))
+  blocks = [thrower._darts(draw_key, 0, thrower._first_block, pi_cdf)]
+  blocks += [thrower._darts(draw_key, b, thrower._block, pi_cdf)
              for b in range(1, thrower._later_blocks + 1)]
   return np.concatenate([b.numpy()[step % steps_per_draw] for b in blocks])
 
@@ -78,10 +77,10 @@ def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value():
   pi = [0.1, 0.2, 0.3, 0.4]
   radius = np.full(len(points), 1.5)
   thrower = _dart_throwing.DartThrower(points, _plan(radius, 300, mingling_values, pi), 30)
-  log_pi = thrower._effective_log_pi(thrower.pi(tf.constant(0, tf.int64)))
+  pi = thrower.pi(tf.constant(0, tf.int64))
   for step in range(5):
     indices, _ = _batch(thrower, step)
-    expected = _sequential(_thrown_darts(thrower, step, log_pi), points, radius, 30)
+    expected = _sequential(_thrown_darts(thrower, step, pi), points, radius, 30)
     assert indices[:len(expected)].tolist() == expected
 
 

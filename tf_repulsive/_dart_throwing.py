@@ -235,16 +235,16 @@ class DartThrower(BatchDrawer):
   def _draw(self, key: tf.Tensor, first_step: tf.Tensor, radius_scale: tf.Tensor,
             later_blocks: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     draw_key = tf.random.experimental.stateless_fold_in(key, first_step // self.steps_per_draw)
-    log_pi = None
+    pi_cdf = None
     if self._plan.pi is not None:
       # One vectorised evaluation of the schedule for all steps of the draw (a loop for
       # schedules whose ops TensorFlow cannot vectorise).
       # (`identity`: the loop's outputs must be its own ops, also for a constant pi.)
-      log_pi = self._effective_log_pi(tf.vectorized_map(
+      pi_cdf = self._effective_cdf(tf.vectorized_map(
           lambda step: tf.identity(self.pi(step)), first_step + tf.range(self.steps_per_draw, dtype=tf.int64)))
     accepted = tf.zeros([self.steps_per_draw, self._batch_size], tf.int32)
     count = tf.zeros([self.steps_per_draw], tf.int32)
-    darts = self._darts(draw_key, 0, self._first_block, log_pi)
+    darts = self._darts(draw_key, 0, self._first_block, pi_cdf)
     accepted, count = self._accept(darts, accepted, count, radius_scale, against_accepted=False)
 
     def keep_throwing(block, accepted, count):
@@ -252,7 +252,7 @@ class DartThrower(BatchDrawer):
       return tf.logical_and(tf.reduce_any(count < self._batch_size), block <= later_blocks)
 
     def throw_block(block, accepted, count):
-      darts = self._darts(draw_key, block, self._block, log_pi)
+      darts = self._darts(draw_key, block, self._block, pi_cdf)
       accepted, count = self._accept(darts, accepted, count, radius_scale, against_accepted=True)
       return block + 1, accepted, count
 
@@ -265,26 +265,39 @@ class DartThrower(BatchDrawer):
         lambda: accepted)
     return indices, self._batch_size - count
 
-  def _effective_log_pi(self, pi: tf.Tensor) -> tf.Tensor:
-    """log pi ([..., K + 1]) restricted to mingling values that occur in the data, renormalised."""
+  def _effective_cdf(self, pi: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """pi (`[S, K + 1]`) over the mingling values that occur in the data, as a CDF per step.
+
+    Returns the CDF and, per step, the last value with positive mass (where a uniform number that
+    rounding puts past the CDF's last entry belongs).
+    """
     pi = tf.cast(pi, tf.float64)
     pi = tf.where(self._value_counts > 0, pi, tf.zeros_like(pi))
     total = tf.reduce_sum(pi, axis=-1, keepdims=True)
     check = tf.debugging.assert_positive(
         total, message="the mingling distribution pi puts no mass on a mingling value that occurs")
     with tf.control_dependencies([check]):
-      return tf.math.log(pi / total)
+      cdf = tf.cumsum(pi / total, axis=-1)
+    last_from_the_end = tf.argmax(tf.reverse(pi > 0.0, axis=[-1]), axis=-1, output_type=tf.int32)
+    last = tf.shape(pi, out_type=tf.int32)[-1] - 1 - last_from_the_end
+    return cdf, last
 
   def _darts(self, draw_key: tf.Tensor, block: int | tf.Tensor, size: int,
-             log_pi: tf.Tensor | None) -> tf.Tensor:
+             pi_cdf: tuple[tf.Tensor, tf.Tensor] | None) -> tf.Tensor:
     """`[steps_per_draw, size]` darts of dart block `block`, one row per step."""
     block_key = tf.random.experimental.stateless_fold_in(draw_key, tf.cast(block, tf.int64) + 1)
     shape = [self.steps_per_draw, size]
-    if log_pi is None:
+    if pi_cdf is None:
       return tf.random.stateless_uniform(shape, block_key, minval=0, maxval=self._num_points, dtype=tf.int32)
     value_key = tf.random.experimental.stateless_fold_in(block_key, 0)
     member_key = tf.random.experimental.stateless_fold_in(block_key, 1)
-    value = tf.random.stateless_categorical(log_pi, size, value_key, dtype=tf.int32)
+    # Inverse-CDF sampling of the mingling value, elementwise from the key. (Not
+    # `stateless_categorical`: its CPU kernel gives each shard of rows a differently offset random
+    # stream, so its draws depend on how many threads run it; the stream and `batch_indices` ran
+    # it with different thread pools and disagreed from k = 128 on.)
+    cdf, last = pi_cdf
+    uniform_value = tf.random.stateless_uniform(shape, value_key, dtype=tf.float64)
+    value = tf.minimum(tf.searchsorted(cdf, uniform_value, side="right", out_type=tf.int32), last[:, None])
     counts = tf.gather(self._value_counts, value)
     uniform = tf.random.stateless_uniform(shape, member_key, dtype=tf.float64)
     member = tf.cast(tf.minimum(tf.floor(uniform * counts), counts - 1.0), tf.int32)

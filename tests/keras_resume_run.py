@@ -33,7 +33,7 @@ def digits():
 
 
 def batcher_for(sampler_name):
-  return tf_repulsive.repulsive_batch(BATCH, checkpoint_cases.SAMPLERS[sampler_name](), seed=SEED)
+  return tf_repulsive.repulsive_batch(BATCH, checkpoint_cases.SAMPLERS[sampler_name](), seed=SEED, name=sampler_name)
 
 
 class FingerprintModel(keras.Model):

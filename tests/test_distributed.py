@@ -32,10 +32,10 @@ def private_network():
     pytest.skip("needs `unshare --net` (root) so that the servers listen on loopback only")
 
 
-def _draws(sampler, count):
+def _draws(sampler, count, batch_size=run.BATCH, dataset=run.dataset):
   """The batches of steps 0 .. count - 1, and how many steps one draw covers."""
-  batcher = run.batcher_for(sampler)
-  run.dataset().apply(batcher)
+  batcher = run.batcher_for(sampler, batch_size=batch_size)
+  dataset().apply(batcher)
   return np.stack([batcher.batch_indices(step) for step in range(count)]), batcher.drawer.steps_per_draw
 
 
@@ -72,6 +72,12 @@ def test_service_batches_are_the_draws_of_their_steps(service_results, sampler_n
   assert len(set(range(parallel.max())) - set(parallel.tolist())) <= 8 * steps_per_draw
   # Epochs differ: the stream does not restart.
   assert split.max() >= 2 * steps_per_epoch and parallel.max() >= steps_per_epoch
+
+
+def test_service_workers_draw_what_batch_indices_recomputes_at_k_128(service_results):
+  draws, steps_per_draw = _draws(tf_repulsive.DensePDS([1] * 6), 120, run.LARGE_BATCH, run.large_dataset)
+  split = _steps_of(service_results["dense_pds_k128-distributed_epoch"], draws)
+  assert len(set(split.tolist())) == len(split) == run.SERVICE_READ
 
 
 def test_service_refuses_a_stream_whose_start_it_cannot_know(service_results):
@@ -151,6 +157,23 @@ def test_keras_fit_under_a_strategy_starts_at_the_optimizer_step():
     weights, iterations = model.get_weights(), int(model.optimizer.iterations.numpy())
   assert starts == [0, 4]
   assert iterations == 8
+
+
+def test_one_callback_serves_two_fits_under_a_strategy():
+  # Keras takes one batch to build the model before any callback runs, in every fit under a
+  # strategy: the callback allows that probe when constructed and again after each fit. (The
+  # model's shapes are those of the test above: one process keeps its collectives' shapes.)
+  strategy = _mirrored(2)
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+    model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  batcher = run.batcher_for(tf_repulsive.AnnealPDS(), start_step=None)
+  batches = run.dataset().apply(batcher).map(lambda x, y, index: (x, y))
+  callback = tf_repulsive.AnnealingCallback(batcher)
+  for _ in range(2):
+    model.fit(batches, epochs=1, steps_per_epoch=batcher.steps_per_epoch, verbose=0, callbacks=[callback])
+  assert batcher.last_start() == batcher.steps_per_epoch
+  assert batcher.stats().last_step_delivered >= 2 * batcher.steps_per_epoch - 1
 
 
 def test_a_stream_resumed_on_another_replica_count_continues_the_global_draws():

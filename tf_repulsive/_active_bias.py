@@ -85,7 +85,8 @@ class ActiveBias(_samplers.Sampler):
 
   def __post_init__(self):
     _checks.real(self.smoothness, "smoothness", positive=True)
-    _checks.integer(self.warmup_epochs, "warmup_epochs", 2, hint="A variance needs two predictions.")
+    object.__setattr__(self, "warmup_epochs", _checks.integer(
+        self.warmup_epochs, "warmup_epochs", 2, hint="A variance needs two predictions."))
 
   def build(self, context):
     return WeightedDrawer(ActiveBiasState(context.features.shape[0]), context.batch_size)

@@ -6,11 +6,16 @@
 
 from __future__ import annotations
 
+import os
+import warnings
+
 import keras
 import numpy as np
 import tensorflow as tf
 
 from tf_repulsive import _active_bias
+from tf_repulsive import _dataset_graph
+from tf_repulsive import _keras_frames
 from tf_repulsive import _pipeline
 
 
@@ -21,12 +26,19 @@ class BatchStreamCallback(keras.callbacks.Callback):
   has restored the optimizer, whatever the order of the callbacks), a stream of the batcher that
   begins then starts at `optimizer.iterations`: `fit`'s one iterator for all epochs given
   `steps_per_epoch`, or the iterator it opens per epoch for a stream that ends (`.take(n)` after
-  the batcher). After the epoch's first batch it checks that, and raises if not: a stream running
-  out of the callback's reach (such as on tf.data service workers), a fixed `start_step` that does
-  not match the optimizer, or a fixed-start stream that `fit` began again for a later epoch. Then
-  and at the epoch's end it also checks that the stream drawn here delivered every step trained,
-  and raises if a transformation after the batcher replayed or split its batches (a `cache()`
-  after a `take()`, an `unbatch().batch()`).
+  the batcher). Only a callback running in `fit` starts a stream: constructing one lets a stream
+  deliver one batch unstarted, what Keras takes under a distribution strategy to build the model
+  before any callback runs (see `RepulsiveBatcher.allow_build_probe`).
+
+  When `fit` begins it refuses a dataset that transforms the batcher's stream in a way that
+  changes which draw a step trains on (`shuffle`, `filter`, `skip`, `batch`, `unbatch`,
+  `cache` ... after the batcher; `map`, `prefetch`, `take`, `repeat` and `zip` are fine), and
+  logging callbacks of two batchers with one `name`. After each epoch's
+  first batch it checks that the stream began where it must, and raises if not: a stream running
+  out of the callback's reach (such as on tf.data service workers), a fixed `start_step` that
+  does not match the optimizer, or a fixed-start stream that `fit` began again for a later epoch.
+  Then and at the epoch's end it also checks that the stream drawn here delivered every step
+  trained (a transformation it could not see that replays or splits batches).
 
   `fit` must be given `steps_per_epoch` (the stream is unbounded; `batcher.steps_per_epoch` for
   one pass's worth of batches per epoch) or a stream that ends.
@@ -53,6 +65,9 @@ class BatchStreamCallback(keras.callbacks.Callback):
     TypeError: if `batcher` is not a `RepulsiveBatcher`.
   """
 
+  # Whether this callback logs under the batcher's name (two such callbacks need two names).
+  _logs_under_name = False
+
   def __init__(self, batcher: _pipeline.RepulsiveBatcher):
     super().__init__()
     if not isinstance(batcher, _pipeline.RepulsiveBatcher):
@@ -64,10 +79,9 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._streams_checked = 0
     self._start_checked = False
     self._drawn_here = False  # whether the stream of this fit began in this process
-    if batcher.start_step is None:
-      # A stream Keras opens before `on_train_begin` (to build a model under a distribution
-      # strategy) is thrown away; it only needs a start to open.
-      batcher.start_at(0)
+    # The callbacks of the running fit, when Keras' CallbackList runs this one.
+    self._fit_callbacks: list[keras.callbacks.Callback] = []
+    batcher.allow_build_probe()
 
   def _optimizer_step(self) -> int:
     return int(np.asarray(self.model.optimizer.iterations))
@@ -88,10 +102,48 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "strategy.distribute_datasets_from_function(lambda context: "
           "dataset.apply(batcher.per_replica(context))): each worker then takes its replicas' "
           "slices of every global draw.")
+    callbacks = _keras_frames.callback_list()
+    self._fit_callbacks = [] if callbacks is None else list(callbacks.callbacks)
+    self._check_log_names()
+    self._check_transformations(_keras_frames.fit_input())
     self._epochs_begun = 0
     self._streams_checked = self._batcher.stats().streams
     self._start_checked = False
     self._drawn_here = False
+
+  def _check_log_names(self) -> None:
+    """Refuses another logging callback of this fit whose batcher has this batcher's name."""
+    if not self._logs_under_name:
+      return
+    for other in self._fit_callbacks:
+      if (isinstance(other, BatchStreamCallback) and other._logs_under_name  # pylint: disable=protected-access
+          and other._batcher is not self._batcher and other._batcher.name == self._batcher.name):  # pylint: disable=protected-access
+        raise ValueError(
+            f"fit has tf_repulsive callbacks for two batchers named {self._batcher.name!r}: their log "
+            "keys would collide. Give the batchers distinct names, "
+            "repulsive_batch(..., name=\"train\").")
+
+  def _check_transformations(self, dataset) -> None:
+    """Refuses transformations after the batcher that change the draw a step trains on."""
+    kinds = self._batcher.transformations_after(dataset)
+    if not kinds:
+      return
+    changing, unknown = _dataset_graph.step_changing(kinds)
+    if changing is not None:
+      raise ValueError(
+          f"the dataset given to fit applies {changing} after the batcher: step n would not train "
+          "on draw n. Transform the input dataset before the batcher (shuffle, filter, cache it "
+          "there), and the batches after it only with map() (augmentation), prefetch(), take() or "
+          "repeat().")
+    if unknown:
+      warnings.warn(
+          f"the dataset given to fit applies {', '.join(unknown)} after the batcher, which "
+          "tf_repulsive does not know; if it drops, reorders, merges or replays batches, step n "
+          "trains on another step's draw.", RuntimeWarning, stacklevel=2)
+
+  def on_train_end(self, logs=None):
+    # A later fit under a distribution strategy takes a batch before any callback runs, again.
+    self._batcher.allow_build_probe()
 
   def on_epoch_begin(self, epoch, logs=None):
     step = self._optimizer_step()
@@ -165,22 +217,32 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
 
 class AnnealingCallback(BatchStreamCallback):
-  """Starts the batch stream at the optimizer's step and logs pi and the mingling mix.
+  """Starts the batch stream at the optimizer's step and logs pi, the mingling mix and the fallback fill.
 
   Does what `BatchStreamCallback` does (the batch of optimizer step n is draw n, also when training
-  resumes), and adds to the epoch logs (and with `log_batches=True` to every batch's logs):
+  resumes), and logs, for each epoch, with the batcher's `name` (default "sampler") as prefix:
 
-  * `sampler_pi_<m>`: pi over mingling value m/K at the last step (Dense / Anneal PDS);
-  * `sampler_mingling_<m>`: fraction of the batches with mingling value m/K (samplers with
-    labels): the epoch's mean in epoch logs, the batch's own in batch logs;
-  * `sampler_fallback_batches`: batches drawn so far whose darts ran out before they were full.
+  * `<name>_mingling`: the mean mingling index (0: every neighbour shares the label, 1: none
+    does) of the points of the epoch's batches, for samplers with mingling values;
+  * `<name>_pi_mingling`: the mean mingling index under pi at the epoch's last step (Dense /
+    Anneal PDS): where annealing stands;
+  * `<name>_fallback_batches`: the epoch's batches whose darts ran out before they were full;
 
-  Put it before `keras.callbacks.TensorBoard` in `callbacks` so TensorBoard plots these; its place
-  relative to `BackupAndRestore` does not matter.
+  and in detail
+
+  * `<name>_pi_<m>`: pi over mingling value m/K at the epoch's last step;
+  * `<name>_mingling_<m>`: the share of the epoch's batch points with mingling value m/K.
+
+  The three summaries go into the epoch logs, so the progress bar, `History`, `TensorBoard` and
+  any other callback see them. The detail goes to `History` (`fit`'s return value) and to every
+  `keras.callbacks.TensorBoard` of the `fit` (as `epoch_<key>` in its "train" run), written by this
+  callback: the progress bar stays readable, and the order of the callbacks does not matter. With
+  `log_batches=True` every batch's logs get the summaries of that batch as well (for TensorBoard
+  with `update_freq="batch"`).
 
   Args:
     batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
-    log_batches: also log every batch; for TensorBoard with `update_freq="batch"`.
+    log_batches: also log every batch's summaries.
 
   Example:
 
@@ -193,44 +255,98 @@ class AnnealingCallback(BatchStreamCallback):
   >>> model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   >>> history = model.fit(batches, epochs=2, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
   ...                     callbacks=[tf_repulsive.AnnealingCallback(batcher)])
-  >>> int(model.optimizer.iterations), "sampler_pi_0" in history.history
-  (20, True)
+  >>> int(model.optimizer.iterations), sorted(key for key in history.history if key.startswith("sampler"))[:3]
+  (20, ['sampler_fallback_batches', 'sampler_mingling', 'sampler_mingling_0'])
 
   Raises:
     TypeError: if `batcher` is not a `RepulsiveBatcher`.
   """
 
+  _logs_under_name = True
+
   def __init__(self, batcher: _pipeline.RepulsiveBatcher, log_batches: bool = False):
     super().__init__(batcher)
+    if not isinstance(log_batches, bool):
+      raise TypeError(f"`log_batches` must be True or False; got {log_batches!r}.")
     self._log_batches = log_batches
+    # Per TensorBoard callback of the fit: our writer into its "train" run, and whether it runs
+    # before this callback (and so misses the summaries in the logs).
+    self._tensorboards: list[tuple[tf.summary.SummaryWriter, bool]] = []
+
+  def on_train_begin(self, logs=None):
+    super().on_train_begin(logs)
+    self._close_writers()
+    mine = self._fit_callbacks.index(self) if self in self._fit_callbacks else 0
+    self._tensorboards = [
+        (tf.summary.create_file_writer(os.path.join(callback.log_dir, "train")), position < mine)
+        for position, callback in enumerate(self._fit_callbacks)
+        if isinstance(callback, keras.callbacks.TensorBoard)]
+
+  def on_train_end(self, logs=None):
+    super().on_train_end(logs)
+    self._close_writers()
+
+  def _close_writers(self) -> None:
+    for writer, _ in self._tensorboards:
+      writer.close()
+    self._tensorboards = []
 
   def on_train_batch_end(self, batch, logs=None):
     super().on_train_batch_end(batch, logs)
     if self._log_batches and logs is not None:
       step = self._optimizer_step() - 1
-      self._log(logs, step, [step])
+      logs.update(self._summaries(step, [step])[0])
 
   def on_epoch_end(self, epoch, logs=None):
     super().on_epoch_end(epoch, logs)
+    summaries, detail = self._summaries(self._optimizer_step() - 1, range(self._epoch_start, self._optimizer_step()))
+    if not self._fit_callbacks:
+      # Called outside fit's callback list (a custom loop's own calls): the logs get everything.
+      if logs is not None:
+        logs.update(summaries | detail)
+      return
     if logs is not None:
-      self._log(logs, self._optimizer_step() - 1, range(self._epoch_start, self._optimizer_step()))
+      logs.update(summaries)
+    history = getattr(self.model, "history", None)
+    if isinstance(history, keras.callbacks.History):
+      for key, value in detail.items():
+        history.history.setdefault(key, []).append(value)
+    for writer, before_this in self._tensorboards:
+      with writer.as_default():
+        for key, value in (summaries | detail if before_this else detail).items():
+          tf.summary.scalar(f"epoch_{key}", value, step=epoch)
+      writer.flush()
 
-  def _log(self, logs, last_step, steps):
-    batcher = self._batcher
-    pi = batcher.pi(last_step)
-    if pi is not None:
-      logs.update({f"sampler_pi_{m}": float(p) for m, p in enumerate(pi)})
-    mixes = batcher.mingling_mixes(steps) if len(steps) else None
+  def _summaries(self, last_step: int, steps) -> tuple[dict[str, float], dict[str, float]]:
+    """The summaries and the detail of `steps`, pi at `last_step`, as log keys."""
+    batcher, name = self._batcher, self._batcher.name
+    steps = list(steps)
+    summaries, detail = {}, {}
+    if steps:
+      summaries[f"{name}_fallback_batches"] = float(np.count_nonzero(batcher.fallback_counts(steps)))
+    mixes = batcher.mingling_mixes(steps) if steps else None
     if mixes is not None:
-      logs.update({f"sampler_mingling_{m}": float(share) for m, share in enumerate(mixes.mean(axis=0))})
-    logs["sampler_fallback_batches"] = float(batcher.stats().fallback_batches)
+      mix = mixes.mean(axis=0)
+      summaries[f"{name}_mingling"] = _mean_mingling_index(mix)
+      detail.update({f"{name}_mingling_{m}": float(share) for m, share in enumerate(mix)})
+    pi = batcher.pi(last_step) if last_step >= 0 else None
+    if pi is not None:
+      summaries[f"{name}_pi_mingling"] = _mean_mingling_index(pi)
+      detail.update({f"{name}_pi_{m}": float(p) for m, p in enumerate(pi)})
+    return summaries, detail
+
+
+def _mean_mingling_index(shares: np.ndarray) -> float:
+  """The mean of m / K under `shares` over the mingling values m = 0 ... K."""
+  return float(np.dot(shares, np.arange(len(shares))) / max(len(shares) - 1, 1))
 
 
 class ActiveBiasCallback(BatchStreamCallback):
   """Records p(true label | x) for every training example after each epoch; updates the weights.
 
   Also starts the batch stream at the optimizer's step (see `BatchStreamCallback`), so it is the
-  only callback an ActiveBias pipeline needs.
+  only callback an ActiveBias pipeline needs. Logs `<name>_max_probability` per epoch, the largest
+  sampling probability, with the batcher's `name` as prefix.
 
   Differs from the paper in when predictions are recorded: once per epoch for all examples, in
   inference mode, rather than for the examples of each mini-batch during its training step. Every
@@ -259,13 +375,15 @@ class ActiveBiasCallback(BatchStreamCallback):
   >>> callback = tf_repulsive.ActiveBiasCallback(batcher)
   >>> history = model.fit(batches, epochs=3, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
   ...                     callbacks=[callback])
-  >>> int(callback.state.epochs.numpy()), "active_bias_max_probability" in history.history
+  >>> int(callback.state.epochs.numpy()), "sampler_max_probability" in history.history
   (3, True)
 
   Raises:
     TypeError: if `batcher` is not a batcher of an ActiveBias sampler.
     ValueError: if the batcher has a fixed `start_step`.
   """
+
+  _logs_under_name = True
 
   def __init__(self, batcher: _pipeline.RepulsiveBatcher, from_logits: bool = True, batch_size: int = 1024,
                inputs: np.ndarray | tf.Tensor | None = None):
@@ -323,4 +441,4 @@ class ActiveBiasCallback(BatchStreamCallback):
           state.count.numpy(), state.total.numpy(), state.total_sq.numpy(), self._batcher.sampler.smoothness))
     if logs is not None:
       weights = state.weights.numpy()
-      logs["active_bias_max_probability"] = float(weights.max() / weights.sum())
+      logs[f"{self._batcher.name}_max_probability"] = float(weights.max() / weights.sum())

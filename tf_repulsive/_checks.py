@@ -23,6 +23,16 @@ def integer(value: Any, name: str, least: int | None = None, hint: str = "") -> 
   return int(value)
 
 
+def count_fields(config: Any, *names: str) -> None:
+  """Checks fields of a frozen dataclass that hold None or an int >= 1, and stores them as ints.
+
+  (A numpy integer is accepted and stored as the int it is.)
+  """
+  for name in names:
+    value = getattr(config, name)
+    object.__setattr__(config, name, None if value is None else integer(value, name, 1))
+
+
 def real(value: Any, name: str, *, positive: bool, type_hint: str = "a number") -> float:
   """`value` as a float, finite and > 0 (`positive`) or >= 0; TypeError / ValueError otherwise.
 

@@ -238,7 +238,7 @@ class KDPP(_samplers.Sampler):
 
   def __post_init__(self):
     _check_kernel(self.kernel, self.bandwidth)
-    _samplers._check_count(self.max_kernel_bytes, "max_kernel_bytes")
+    _checks.count_fields(self, "max_kernel_bytes")
 
   def build(self, context):
     features = context.features
@@ -286,7 +286,7 @@ class FastKDPP(_samplers.Sampler):
 
   def __post_init__(self):
     _check_kernel(self.kernel, self.bandwidth)
-    _samplers._check_count(self.swaps, "swaps")
+    _checks.count_fields(self, "swaps")
 
   def build(self, context):
     features = context.features

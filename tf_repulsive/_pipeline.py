@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 import warnings
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -18,13 +20,11 @@ import tensorflow as tf
 
 from tf_repulsive import _arrays
 from tf_repulsive import _checks
+from tf_repulsive import _dataset_graph
+from tf_repulsive import _reading
 from tf_repulsive import _stream_ops
-from tf_repulsive import _progress
 from tf_repulsive import _samplers
 
-_READ_CHUNK = 4096
-# In the error of an element whose shape differs from the first element's.
-_SHAPE_MISMATCH = "tf_repulsive: an element shape differs from that of the first element"
 _DEFAULT_MAX_ELEMENTS = 10_000_000
 _DEFAULT_DISTANCE_CACHE_BYTES = 512 * 2**20
 _KEY_SALT = 0x5EED
@@ -32,15 +32,26 @@ _KEY_SALT = 0x5EED
 # stream's cardinality is infinite (Keras then asks for steps_per_epoch instead of waiting for an end).
 _LAST_STEP = 2**62
 _UNSET = -1
-# Steps whose batches' mingling mix is kept (per step, as it is drawn) for the callbacks' logs.
-_MIX_HISTORY = 4096
+# A `_next_start` that lets one stream deliver the batch of step 0 only (`allow_build_probe`).
+_PROBE = -2
+# Steps whose fallback count and mingling mix are kept (per step, as it is drawn) for the logs.
+_RECORDED_STEPS = 4096
 _NO_START_MESSAGE = (
-    "repulsive_batch: the batch stream does not know its first step. A stream of a batcher built "
-    "with start_step=None starts where the last batcher.start_at(step) said, and each start serves "
-    "one stream: none was left for this one (a new iterator, or a repeat() after the batcher). In "
-    "model.fit add tf_repulsive.AnnealingCallback(batcher) to the callbacks (it starts every stream "
-    "at the optimizer's step, also when training resumes); elsewhere call batcher.start_at(step) "
-    "before each new iterator, or build the batcher with repulsive_batch(..., start_step=N).")
+    "repulsive_batch: the batch stream does not know its first step. A batcher built with "
+    "start_step=None starts each stream (a new iterator, or a repeat() after the batcher) where the "
+    "last batcher.start_at(step) said, and each start serves one stream: none was left for this "
+    "one. In model.fit add tf_repulsive.AnnealingCallback(batcher) to the callbacks (it starts every "
+    "stream at the optimizer's step, also when training resumes). In a custom training loop call "
+    "batcher.start_at(int(optimizer.iterations)) before each new iterator, e.g. before each epoch's "
+    "`for batch in stream.take(batcher.steps_per_epoch)`.")
+_BEGUN_AGAIN_MESSAGE = (
+    "repulsive_batch: a new stream of this batcher began at its fixed start_step, after an earlier "
+    "stream in this process delivered the batches of later steps: it would hand out those steps' "
+    "batches again (every new iterator of a fixed-start stream starts at start_step; this is what a "
+    "loop `for epoch ...: for batch in stream.take(n)` does). Keep one iterator for all epochs "
+    "(iterator = iter(stream), then next(iterator) per step), or build the batcher with "
+    "start_step=None and call batcher.start_at(int(optimizer.iterations)) before each new iterator. "
+    "In model.fit use tf_repulsive.AnnealingCallback(batcher). Last step delivered, and start_step:")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,38 +84,32 @@ class SamplingStats:
   mingling_agreement: float | None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Materialized:
-  """The input dataset read once into memory."""
-
-  elements: Any  # nested structure of numpy arrays with leading dimension N
-  features: np.ndarray  # [N, d] float32
-  labels: np.ndarray | None  # [N] int64
-
-
 class _Built:
   """What applying a batcher to a dataset produced: the data, the drawer and its counters."""
 
-  def __init__(self, drawer: _samplers.BatchDrawer, data: _Materialized):
+  def __init__(self, drawer: _samplers.BatchDrawer, data: _reading.Materialized):
     self.drawer = drawer
     self.elements = data.elements
     # Created once, outside the dataset functions, so that the functions capture them as inputs.
     self.element_tensors = tf.nest.map_structure(_arrays.to_tensor, data.elements)
     self.labels = data.labels
     self.num_points = data.features.shape[0]
+    # The stream `apply` returned (weakly: the stream holds the pipeline, not the other way round).
+    self.stream: Callable[[], tf.data.Dataset | None] = lambda: None
     self.mingling = drawer.mingling
     # On the host, where the draw's single-device function runs (`_stream_ops`).
     with tf.device("CPU:0"):
       # Batches drawn, streams begun, batches that needed the fallback fill, points the fill supplied.
       self.counters = tf.Variable(tf.zeros([4], tf.int64), trainable=False)
       self.last_step_delivered = tf.Variable(_UNSET, dtype=tf.int64, trainable=False)
+      self.num_mingling_values = 0 if self.mingling is None else self.mingling.neighbors + 1
       if self.mingling is not None:
-        self.num_mingling_values = self.mingling.neighbors + 1
         self.mingling_tensor = tf.constant(self.mingling.values.astype(np.int32))
-        # Ring of the last _MIX_HISTORY steps drawn: per row the step, then its mingling-value counts.
-        self.mix_record = tf.Variable(
-            tf.concat([tf.fill([_MIX_HISTORY, 1], tf.constant(_UNSET, tf.int64)),
-                       tf.zeros([_MIX_HISTORY, self.num_mingling_values], tf.int64)], axis=1), trainable=False)
+      # Ring of the last _RECORDED_STEPS steps drawn: per row the step, the points the fallback
+      # fill supplied, then the batch's count of each mingling value.
+      self.step_record = tf.Variable(
+          tf.concat([tf.fill([_RECORDED_STEPS, 1], tf.constant(_UNSET, tf.int64)),
+                     tf.zeros([_RECORDED_STEPS, 1 + self.num_mingling_values], tf.int64)], axis=1), trainable=False)
 
 
 class RepulsiveBatcher:
@@ -122,11 +127,19 @@ class RepulsiveBatcher:
   A batcher applies to one dataset. `batcher.per_replica(input_context)` is the form for
   `tf.distribute.Strategy.distribute_datasets_from_function`: each replica gets its slice of the
   one global draw of `batch_size` elements.
+
+  Attributes:
+    batch_size: k, the global batch.
+    sampler: the sampler configuration.
+    seed: the seed of the draws.
+    start_step: the fixed first step of every stream, or None (set by the callbacks or `start_at`).
+    name: the prefix of the callbacks' log keys.
   """
 
   def __init__(self, batch_size: int, sampler: _samplers.Sampler, *, feature_fn, label_fn, seed: int,
-               start_step: int | None, max_elements: int, distance_cache_bytes: int, verbose: bool):
+               start_step: int | None, max_elements: int, distance_cache_bytes: int, verbose: bool, name: str):
     self.batch_size = batch_size
+    self.name = name
     self.sampler = sampler
     self.seed = seed
     self.start_step = start_step
@@ -151,8 +164,8 @@ class RepulsiveBatcher:
     """The stream of global batches of `dataset` (what `Dataset.apply` calls)."""
     built = self._build(dataset)
 
-    def draw(start, offset):
-      indices, steps = self._draw_counted(built, start, offset)
+    def draw(stream, offset):
+      indices, steps = self._draw_counted(built, stream, offset)
       return self._gather(built, indices), steps
 
     return self._finish(built, _stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(self._draws(built), draw)))
@@ -188,8 +201,8 @@ class RepulsiveBatcher:
       built = self._build(dataset)
       self._per_replica_slices = True
 
-      def draw_slices(start, offset):
-        indices, steps = self._draw_counted(built, start, offset)
+      def draw_slices(stream, offset):
+        indices, steps = self._draw_counted(built, stream, offset)
         slices = self._gather(built, tf.reshape(indices, [-1, replicas, per_replica])[:, first:first + local])
         return slices, tf.tile(steps[:, None], [1, local])
 
@@ -242,18 +255,19 @@ class RepulsiveBatcher:
     Raises:
       TypeError, ValueError: for a step that is not an int >= 0, or a batcher not applied yet.
     """
-    _check_step(step)
+    step = _check_step(step)
     self._require_built()
     return self._draw_of(step)[0]
 
   def fallback_points(self, step: int) -> int:
     """How many points of the batch of `step` the fallback fill supplied (pure)."""
-    _check_step(step)
+    step = _check_step(step)
     self._require_built()
     return int(self._draw_of(step)[1])
 
   def pi(self, step: int) -> np.ndarray | None:
     """pi over mingling values at `step` for Dense / Anneal PDS, else None."""
+    step = _check_step(step)
     pi = self._require_built().drawer.pi(tf.constant(step, tf.int64))
     if pi is None:
       return None
@@ -271,16 +285,30 @@ class RepulsiveBatcher:
     Read from what the pipeline recorded as it drew those steps in this process; steps it did not
     draw here (or drew more than 4096 steps ago) are recomputed.
     """
-    built = self._require_built()
-    if built.mingling is None:
+    if self._require_built().mingling is None:
       return None
-    steps = np.asarray(list(steps), dtype=np.int64)
-    record = built.mix_record.numpy()[steps % _MIX_HISTORY]
-    counts = record[:, 1:].astype(np.float64)
-    for position in np.flatnonzero(record[:, 0] != steps):
-      counts[position] = np.bincount(built.mingling.values[self.batch_indices(int(steps[position]))],
-                                     minlength=built.num_mingling_values)
+    counts = self._recorded(steps)[:, 1:].astype(np.float64)
     return counts / counts.sum(axis=1, keepdims=True)
+
+  def fallback_counts(self, steps) -> np.ndarray:
+    """`[len(steps)]` points of each step's batch that the fallback fill supplied (as `fallback_points`).
+
+    Read from what the pipeline recorded as it drew those steps in this process; steps it did not
+    draw here (or drew more than 4096 steps ago) are recomputed.
+    """
+    return self._recorded(steps)[:, 0]
+
+  def _recorded(self, steps) -> np.ndarray:
+    """Per step `[fallback points, mingling-value counts ...]`: the record, or recomputed."""
+    built = self._require_built()
+    steps = np.asarray([_check_step(step) for step in steps], dtype=np.int64).reshape(-1)
+    rows = built.step_record.numpy()[steps % _RECORDED_STEPS]
+    for position in np.flatnonzero(rows[:, 0] != steps):
+      indices, fallback = self._draw_of(int(steps[position]))
+      rows[position, 1] = fallback
+      if built.mingling is not None:
+        rows[position, 2:] = np.bincount(built.mingling.values[indices], minlength=built.num_mingling_values)
+    return rows[:, 1:]
 
   def stats(self) -> SamplingStats:
     """Counters of the draws this pipeline made in this process."""
@@ -304,12 +332,37 @@ class RepulsiveBatcher:
     Raises:
       ValueError: for a batcher with a fixed `start_step`, or a step < 0.
     """
-    _check_step(step)
+    step = _check_step(step)
     if self.start_step is not None:
       raise ValueError(
           f"this batcher's stream starts at the fixed start_step={self.start_step}; build it "
           "with start_step=None to start it elsewhere.")
     self._next_start.assign(step)
+
+  def transformations_after(self, dataset: tf.data.Dataset) -> list[str] | None:
+    """The tf.data transformations between this batcher's stream and `dataset`, nearest the stream first.
+
+    E.g. `["Map", "Prefetch"]` for `dataset = ds.apply(batcher).map(f).prefetch(2)`; None if
+    `dataset` is not made from the stream. The callbacks use it to refuse, in `fit`, those that
+    change which draw a step trains on (`shuffle`, `filter`, `skip`, `batch`, `unbatch`,
+    `cache` ...).
+    """
+    stream = self._require_built().stream()
+    if stream is None or not isinstance(dataset, tf.data.Dataset):
+      return None
+    return _dataset_graph.transformations_between(dataset, stream)
+
+  def allow_build_probe(self) -> None:
+    """Lets the next stream of a callback-started batcher deliver one batch (of step 0) unstarted.
+
+    For the package's callbacks, which call it when constructed and after each `fit`: under a
+    distribution strategy, Keras' `fit` takes one batch from a stream of its own to build the
+    model before any callback runs, and drops that stream. A stream that begins so and asks for a
+    second batch fails as an unstarted stream does; a real start (`start_at`) replaces the
+    allowance. Nothing for a batcher with a fixed `start_step`.
+    """
+    if self.start_step is None and int(self._next_start.numpy()) == _UNSET:
+      self._next_start.assign(_PROBE)
 
   def last_start(self) -> int | None:
     """The step at which the last stream started in this process (fixed start: `start_step`)."""
@@ -335,7 +388,7 @@ class RepulsiveBatcher:
           "this batcher already drives a pipeline; call tf_repulsive.repulsive_batch(...) again "
           "for another dataset (a sampler may configure any number of batchers).")
     sampler = self.sampler
-    data = _materialize(dataset, self._feature_fn, self._label_fn, sampler.needs_labels, self._max_elements,
+    data = _reading.materialize(dataset, self._feature_fn, self._label_fn, sampler.needs_labels, self._max_elements,
                         self._verbose)
     num_points = data.features.shape[0]
     if self.batch_size > num_points:
@@ -370,26 +423,40 @@ class RepulsiveBatcher:
     indices, fallback = self._draw_once(tf.constant(step - step % steps_per_draw, tf.int64))
     return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
 
-  def _draw_counted(self, built: _Built, start: tf.Tensor, offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  def _draw_counted(self, built: _Built, stream: tf.Tensor, offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """The indices of the stream's draw number `offset` and their steps, counted and recorded.
 
-    `[S - skip, k]` and `[S - skip]`: the steps of the draw from the stream's `start` on (a
-    stream that starts mid-draw skips that draw's earlier steps).
+    `stream` is `[start, probe]` (see `_draws`). Returns `[rows, k]` and `[rows]`: the steps of
+    the draw from the stream's start on (a stream that starts mid-draw skips that draw's earlier
+    steps; a probe stream has its first step only).
     """
+    start, probe = stream[0], stream[1] > 0
     steps_per_draw = built.drawer.steps_per_draw
     first_step = (start // steps_per_draw + offset) * steps_per_draw
     skip = tf.maximum(start - first_step, 0)
-    indices, fallback = _checked_draw(built.drawer, self._key, first_step, self.batch_size)
-    indices, fallback = indices[skip:], tf.cast(fallback[skip:], tf.int64)
-    steps = first_step + tf.range(skip, steps_per_draw, dtype=tf.int64)
+    end = tf.where(probe, skip + 1, steps_per_draw)
+    checks = []
+    if self.start_step is not None:
+      # A fixed-start stream that begins after an earlier one delivered later steps would repeat
+      # them. (One delivered batch does not count: Keras' model build under a distribution
+      # strategy takes one and drops its iterator; a user's peek does the same.)
+      checks.append(tf.cond(
+          tf.equal(offset, 0),
+          lambda: tf.debugging.assert_less_equal(
+              built.last_step_delivered.read_value(), start, message=_BEGUN_AGAIN_MESSAGE),
+          tf.no_op))
+    with tf.control_dependencies(checks):
+      indices, fallback = _checked_draw(built.drawer, self._key, first_step, self.batch_size)
+    indices, fallback = indices[skip:end], tf.cast(fallback[skip:end], tf.int64)
+    steps = first_step + tf.range(skip, end, dtype=tf.int64)
     recorded = [built.counters.assign_add(tf.stack([
         tf.cast(tf.size(fallback), tf.int64), tf.cast(tf.equal(offset, 0), tf.int64), tf.math.count_nonzero(fallback),
         tf.reduce_sum(fallback)]))]
+    columns = [steps[:, None], fallback[:, None]]
     if built.mingling is not None:
-      mix = tf.math.bincount(tf.gather(built.mingling_tensor, indices), minlength=built.num_mingling_values,
-                             maxlength=built.num_mingling_values, dtype=tf.int64, axis=-1)
-      rows = tf.concat([steps[:, None], mix], axis=1)
-      recorded.append(built.mix_record.scatter_nd_update((steps % _MIX_HISTORY)[:, None], rows))
+      columns.append(tf.math.bincount(tf.gather(built.mingling_tensor, indices), minlength=built.num_mingling_values,
+                                      maxlength=built.num_mingling_values, dtype=tf.int64, axis=-1))
+    recorded.append(built.step_record.scatter_nd_update((steps % _RECORDED_STEPS)[:, None], tf.concat(columns, axis=1)))
     with tf.control_dependencies(recorded):
       return tf.identity(indices), steps
 
@@ -398,35 +465,41 @@ class RepulsiveBatcher:
     return tf.nest.map_structure(lambda component: tf.gather(component, indices), built.element_tensors)
 
   def _draws(self, built: _Built) -> tf.data.Dataset:
-    """The stream of draws: (the stream's first step, draw number in the stream) per draw.
+    """The stream of draws: per draw `[start, probe]` of the stream, and the draw's number in it.
 
     A `Dataset.range` of draw numbers (splittable, checkpointed) plus the start; draw j covers
     steps j·S ... j·S + S − 1, so a step's batch does not depend on where the stream started.
+    `probe` is 1 for a stream that `allow_build_probe` let begin without a start.
     """
     last_draw = _LAST_STEP // built.drawer.steps_per_draw
     draws = tf.data.Dataset.range(last_draw).repeat()
     if self.start_step is not None:
       # Zipped, not mapped: a dataset function costs every new iterator its instantiation.
-      return tf.data.Dataset.zip(tf.data.Dataset.from_tensors(tf.constant(self.start_step, tf.int64)).repeat(), draws)
+      fixed = tf.constant([self.start_step, 0], tf.int64)
+      return tf.data.Dataset.zip(tf.data.Dataset.from_tensors(fixed).repeat(), draws)
     next_start, last_start = self._next_start, self._last_start
 
     # The start is read once, at the stream's first element, and then kept in the scan state,
     # which iterator checkpoints save: a restored stream continues from its own start. Reading it
     # uses it up, so that a second stream (a new iterator nobody started, a repeat() after the
     # batcher) fails instead of repeating the first one's batches.
-    def locate(start, offset):
+    def locate(stream, offset):
       def read_start():
         value = next_start.read_value()
-        known = tf.debugging.assert_non_negative(value, message=_NO_START_MESSAGE)
+        probe = tf.equal(value, _PROBE)
+        known = tf.debugging.Assert(tf.logical_or(value >= 0, probe), [_NO_START_MESSAGE])
         with tf.control_dependencies([known]):
-          recorded = [last_start.assign(value), next_start.assign(_UNSET)]
+          recorded = [tf.cond(probe, tf.no_op, lambda: last_start.assign(value).op), next_start.assign(_UNSET)]
         with tf.control_dependencies(recorded):
-          return tf.identity(value)
+          return tf.stack([tf.maximum(value, 0), tf.cast(probe, tf.int64)])
 
-      start = tf.cond(start < 0, read_start, lambda: start)
-      return start, (start, offset)
+      stream = tf.cond(stream[0] < 0, read_start, lambda: stream)
+      # A probe stream has one batch; asking for more is asking an unstarted stream.
+      within = tf.debugging.Assert(tf.logical_or(tf.equal(stream[1], 0), tf.equal(offset, 0)), [_NO_START_MESSAGE])
+      with tf.control_dependencies([within]):
+        return stream, (tf.identity(stream), offset)
 
-    return _stream_ops.scan_on_host(draws, tf.constant(_UNSET, tf.int64), locate)
+    return _stream_ops.scan_on_host(draws, tf.constant([_UNSET, 0], tf.int64), locate)
 
   @staticmethod
   def _finish(built: _Built, batches: tf.data.Dataset) -> tf.data.Dataset:
@@ -452,7 +525,9 @@ class RepulsiveBatcher:
       with tf.control_dependencies([last_step_delivered.assign(step)]):
         return tf.nest.map_structure(tf.identity, batch)
 
-    return _stream_ops.map_on_host(batches.prefetch(tf.data.AUTOTUNE), deliver).with_options(options)
+    stream = _stream_ops.map_on_host(batches.prefetch(tf.data.AUTOTUNE), deliver).with_options(options)
+    built.stream = weakref.ref(stream)
+    return stream
 
   def _warn_if_first_batch_needs_the_fill(self) -> None:
     # A filled batch is still k distinct points, but partly uniform: say so once, at build time,
@@ -484,318 +559,8 @@ def _checked_draw(drawer: _samplers.BatchDrawer, key: tf.Tensor, first_step: tf.
   return tf.ensure_shape(tf.cast(indices, tf.int32), [steps_per_draw, batch_size]), tf.cast(fallback, tf.int32)
 
 
-def _check_step(step: Any) -> None:
-  _checks.integer(step, "step", 0)
-
-
-def _call_like_map(fn: Callable[..., Any], element: Any) -> Any:
-  return fn(*element) if isinstance(element, tuple) else fn(element)
-
-
-def _default_features(*components: Any) -> tf.Tensor:
-  return tf.nest.flatten(components)[0]
-
-
-def _default_label(*components: Any) -> tf.Tensor:
-  return tf.nest.flatten(components)[-1]
-
-
-def _as_feature_vector(features: Any) -> tf.Tensor:
-  if not isinstance(features, (tf.Tensor, np.ndarray)) and not tf.is_tensor(features):
-    raise TypeError(f"`feature_fn` must return a tensor; got {type(features).__name__}.")
-  if not (features.dtype.is_floating or features.dtype.is_integer or features.dtype.is_bool):
-    raise TypeError(
-        f"features must be numeric; got dtype {features.dtype.name}. Pass a `feature_fn` that "
-        "returns the numeric vector distances are measured in.")
-  return tf.reshape(tf.cast(features, tf.float32), [-1])
-
-
-def _as_label(label: Any) -> tf.Tensor:
-  if not tf.is_tensor(label) or not label.dtype.is_integer:
-    dtype = getattr(label, "dtype", type(label).__name__)
-    raise TypeError(
-        f"labels must be integer class ids; got {dtype}. The default `label_fn` takes the last "
-        "component of each element; pass `label_fn`, e.g. lambda x, y: tf.argmax(y) for one-hot.")
-  if label.shape.rank is not None and label.shape.num_elements() not in (None, 1):
-    raise ValueError(
-        f"`label_fn` must return one integer class id per element; got shape {label.shape}. "
-        "For one-hot labels use lambda x, y: tf.argmax(y).")
-  return tf.reshape(tf.cast(label, tf.int64), [])
-
-
-def _upstream_batch_size(dataset: tf.data.Dataset) -> int | None:
-  """The batch size when `dataset`'s elements are batches made upstream, else None.
-
-  Walks the chain of unary transformations back to the nearest batching (`batch`,
-  `padded_batch`; an `unbatch` ends the search) and calls the elements batches when every
-  component's leading dimension is that batch size or unknown. Elements that are arrays of their
-  own pass: no batching upstream, or other leading dimensions. Relies on tf.data's internal
-  `_input_dataset` / `_batch_size` attributes; without them nothing is detected.
-  """
-  node = dataset
-  while node is not None and "Unbatch" not in type(node).__name__:
-    batch_size = getattr(node, "_batch_size", None)
-    if batch_size is not None:
-      try:
-        size = int(batch_size)
-      except (TypeError, ValueError):
-        return None
-      shapes = [spec.shape for spec in tf.nest.flatten(dataset.element_spec)]
-      batched = all(shape.rank is not None and shape.rank >= 1 and shape[0] in (None, size)
-                    for shape in shapes)
-      return size if batched else None
-    node = getattr(node, "_input_dataset", None)
-  return None
-
-
-def _dict_defaults(spec: dict, feature_fn, label_fn, needs_labels: bool):
-  """Default `feature_fn` / `label_fn` for dict elements: by name, never by sorted key order.
-
-  The label is the "label" key (the TFDS convention); the features are the one other numeric
-  component. Anything else is ambiguous and must be said with the argument.
-  """
-  keys = sorted(spec)
-  if needs_labels and label_fn is None:
-    if "label" not in spec:
-      raise ValueError(
-          f"the elements are dicts with keys {keys} and no 'label' key: pass `label_fn`, e.g. "
-          "label_fn=lambda e: e['class_id'].")
-
-    def label_fn(element):
-      return element["label"]
-
-  if feature_fn is None:
-    numeric = [key for key in keys if key != "label" and isinstance(spec[key], tf.TensorSpec)
-               and (spec[key].dtype.is_floating or spec[key].dtype.is_integer or spec[key].dtype.is_bool)]
-    if len(numeric) != 1:
-      found = "none" if not numeric else " and ".join(repr(key) for key in numeric)
-      raise ValueError(
-          f"the elements are dicts with keys {keys}: the features default to the one numeric "
-          f"component besides 'label', and found {found}. Pass `feature_fn`, e.g. "
-          f"feature_fn=lambda e: e[{(numeric or keys)[0]!r}].")
-    feature_key = numeric[0]
-
-    def feature_fn(element):
-      return element[feature_key]
-  return feature_fn, label_fn
-
-
-# Transformations that cannot end an endless input (they pass, drop or expand its elements).
-_KEEPS_ENDLESS = frozenset((
-    "_MapDataset", "_ParallelMapDataset", "_FilterDataset", "_FlatMapDataset", "_InterleaveDataset",
-    "_ParallelInterleaveDataset", "_IgnoreErrorsDataset", "_PrefetchDataset", "_OptionsDataset",
-    "_ShuffleDataset", "_UnbatchDataset", "CacheDataset", "_BatchDataset", "_ParallelBatchDataset"))
-
-
-def _endless_upstream(dataset: tf.data.Dataset) -> str | None:
-  """The name of an infinite dataset upstream that only endless-preserving steps follow, else None.
-
-  tf.data reports `repeat().filter(...)` as of unknown size; reading it would run to
-  `max_elements` (or forever, if the filter keeps nothing). Relies on tf.data's internal
-  `_input_dataset` chain; without it nothing is detected.
-  """
-  def endless(node):
-    return node is not None and int(node.cardinality()) == tf.data.INFINITE_CARDINALITY
-
-  node = dataset
-  while node is not None and not endless(node):
-    if type(node).__name__ not in _KEEPS_ENDLESS:
-      return None
-    node = getattr(node, "_input_dataset", None)
-  if node is None:
-    return None
-  # Name the source of the endlessness (the repeat, say), not the map after it.
-  while endless(getattr(node, "_input_dataset", None)):
-    node = node._input_dataset
-  return type(node).__name__.lstrip("_").replace("Dataset", "").lower() or "dataset"
-
-
-# Stateful random ops: their values differ from run to run unless they, or the program, are seeded.
-_STATEFUL_RANDOM_OPS = frozenset((
-    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle",
-    "Multinomial", "RandomGamma", "RandomPoissonV2", "ParameterizedTruncatedNormal"))
-
-
-def _random_upstream(dataset: tf.data.Dataset) -> str | None:
-  """What makes the elements, or their order, differ from run to run upstream; None if nothing does.
-
-  Finds a shuffle or random source without a seed (neither its own nor `tf.random.set_seed`'s), a
-  parallel transformation allowed to reorder its elements, and unseeded stateful random ops in
-  the dataset functions. Relies on tf.data's internal `_inputs()`, `_functions()`, `_seed` and
-  `_deterministic`; what they do not show (a parallel interleave's own `deterministic=False`,
-  randomness inside a generator) is not found.
-  """
-  reorders_by_default = dataset.options().deterministic is False
-  pending, seen = [dataset], set()
-  while pending:
-    node = pending.pop()
-    if id(node) in seen:
-      continue
-    seen.add(id(node))
-    kind = type(node).__name__
-    if kind in ("_ShuffleDataset", "_RandomDataset") and int(node._seed) == 0 and int(node._seed2) == 0:
-      if kind == "_ShuffleDataset":
-        return ("a shuffle without a seed (Dataset.shuffle, or Dataset.list_files, which shuffles by "
-                "default): drop it (the sampler randomises the batches), or seed it, e.g. "
-                "shuffle(buffer_size, seed=0) or list_files(pattern, shuffle=False)")
-      return "random numbers without a seed (Dataset.random, sample_from_datasets): pass seed="
-    deterministic = getattr(node, "_deterministic", None)
-    if deterministic == "false" or (deterministic == "default" and reorders_by_default):
-      return ("a parallel transformation allowed to reorder its elements (deterministic=False, or "
-              "options.deterministic = False): make it deterministic for this input")
-    for function in node._functions():
-      for op in function.function.graph.get_operations():
-        if op.type in _STATEFUL_RANDOM_OPS and op.get_attr("seed") == 0 and op.get_attr("seed2") == 0:
-          return (f"a random op without a seed ({op.type}) in a dataset function: seed it, or use a "
-                  "stateless one (tf.random.stateless_uniform, ...)")
-    pending.extend(node._inputs())
-  return None
-
-
-def _stack_chunks(chunks, total: int | None, max_elements: int, progress) -> list[np.ndarray]:
-  """The chunks' leaves stacked into arrays TensorFlow can share (see `_arrays`).
-
-  With a known `total` each leaf is written into its final array as it is read; otherwise the
-  chunks are kept and each is freed as it is copied into place. Either way the peak is the data
-  plus about one chunk.
-  """
-  arrays, pending, rows = None, [], 0
-  for chunk in chunks:
-    leaves = tf.nest.flatten(chunk)
-    count = len(leaves[0])
-    if rows + count > max_elements:
-      raise ValueError(
-          f"the input dataset has more than `max_elements` = {max_elements} elements (or is "
-          "endless); pass a larger max_elements or a smaller dataset.")
-    if total is None:
-      pending.append(leaves)
-    else:
-      if arrays is None:
-        arrays = [_arrays.empty((total,) + leaf.shape[1:], leaf.dtype) for leaf in leaves]
-      for array, leaf in zip(arrays, leaves):
-        array[rows:rows + count] = leaf
-    rows += count
-    progress.update(count)
-  if arrays is not None:
-    return arrays
-  if not pending:
-    return []
-  arrays = [_arrays.empty((rows,) + leaf.shape[1:], leaf.dtype) for leaf in pending[0]]
-  pending.reverse()
-  rows = 0
-  while pending:
-    leaves = pending.pop()
-    count = len(leaves[0])
-    for array, leaf in zip(arrays, leaves):
-      array[rows:rows + count] = leaf
-    rows += count
-  return arrays
-
-
-def _materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bool,
-                 max_elements: int, verbose: bool) -> _Materialized:
-  """Reads the finite dataset once: elements, their feature vectors and (if needed) labels."""
-  cardinality = int(dataset.cardinality())
-  if cardinality == tf.data.INFINITE_CARDINALITY:
-    raise ValueError(
-        "the input dataset is infinite; repulsive_batch draws from a finite dataset. Apply it "
-        "before .repeat() (its batch stream is unbounded by itself).")
-  endless = _endless_upstream(dataset) if cardinality == tf.data.UNKNOWN_CARDINALITY else None
-  if endless is not None:
-    raise ValueError(
-        f"the input dataset is endless: an infinite {endless} upstream, and no take() after it "
-        "(filter, map and the like keep it endless). repulsive_batch draws from a finite "
-        "dataset: apply it before .repeat(), or end the input with .take(n).")
-  if cardinality > max_elements:
-    raise ValueError(
-        f"the input dataset has {cardinality} elements, more than `max_elements` = {max_elements}; "
-        "pass a larger max_elements or a smaller dataset.")
-  for spec in tf.nest.flatten(dataset.element_spec):
-    if not isinstance(spec, tf.TensorSpec):
-      raise TypeError(
-          f"elements must be dense tensors; got {type(spec).__name__}. Pad ragged or densify "
-          "sparse components first (e.g. with Dataset.map).")
-  upstream_batch = _upstream_batch_size(dataset)
-  if upstream_batch is not None:
-    raise ValueError(
-        f"the input dataset is already batched (a Dataset.batch({upstream_batch}) upstream, and "
-        "every component has that leading dimension): repulsive_batch draws its batches from "
-        "single elements. Apply it before .batch(), or call .unbatch() first.")
-  is_tuple = isinstance(dataset.element_spec, tuple)
-  if isinstance(dataset.element_spec, dict):
-    feature_fn, label_fn = _dict_defaults(dataset.element_spec, feature_fn, label_fn, needs_labels)
-  if needs_labels and label_fn is None and len(tf.nest.flatten(dataset.element_spec)) < 2:
-    raise ValueError(
-        "this sampler needs class labels but the elements have a single component; use "
-        "(features, label) elements or pass `label_fn`.")
-
-  def extract(*components):
-    element = components if is_tuple else components[0]
-    features = _as_feature_vector(_call_like_map(feature_fn or _default_features, element))
-    if not needs_labels:
-      return element, features
-    return element, features, _as_label(_call_like_map(label_fn or _default_label, element))
-
-  extracted = dataset.map(extract)
-  random = _random_upstream(extracted)  # also sees `feature_fn` and `label_fn`
-  if random is not None:
-    raise ValueError(
-        "the input differs from run to run: repulsive_batch reads it once and draws each batch by "
-        "index, so the batch of a step would hold other elements in every run, and after resuming "
-        f"in a new process. Found {random}.")
-  chunks = _of_one_shape(extracted).batch(_READ_CHUNK)
-  total = cardinality if cardinality >= 0 else None
-  description = ("reading the dataset" if total is not None
-                 else f"reading the dataset (size unknown; at most max_elements = {max_elements})")
-  try:
-    with _progress.bar(description, total, verbose) as progress:
-      arrays = _stack_chunks(chunks.as_numpy_iterator(), total, max_elements, progress)
-  except tf.errors.InvalidArgumentError as error:
-    if _SHAPE_MISMATCH not in error.message:
-      raise
-    raise ValueError(
-        "elements (or the feature vectors of `feature_fn`) differ in shape across the dataset; "
-        "they must have one shape to be batched. Pad or resize them first.") from error
-  if not arrays:
-    raise ValueError("the input dataset is empty; repulsive_batch needs at least batch_size elements.")
-  structure = chunks.element_spec
-  read = tf.nest.pack_sequence_as(structure, arrays)
-  features = read[1]
-  bad_rows = ~np.all(np.isfinite(features), axis=1)
-  if np.any(bad_rows):
-    raise ValueError(
-        f"{int(bad_rows.sum())} elements have NaN or infinite features (first at index "
-        f"{int(np.argmax(bad_rows))}); clean them or pass a `feature_fn` that maps them to finite values.")
-  return _Materialized(elements=read[0], features=features, labels=read[2] if needs_labels else None)
-
-
-def _of_one_shape(dataset: tf.data.Dataset) -> tf.data.Dataset:
-  """`dataset` with every component checked against the first element's shape, where the spec leaves it open.
-
-  The check fails with `_SHAPE_MISMATCH` in its message, so that reading can tell ragged data from
-  any other failure without relying on the wording of TensorFlow's own errors.
-  """
-  specs = tf.nest.flatten(dataset.element_spec)
-  if all(spec.shape.is_fully_defined() for spec in specs):
-    return dataset
-  first = next(iter(dataset.take(1)), None)
-  if first is None:
-    return dataset  # empty: reported as such after reading
-  shapes = [tensor.shape for tensor in tf.nest.flatten(first)]
-
-  def checked(*parts):
-    flat = tf.nest.flatten(parts)
-    checks = []
-    for tensor, shape in zip(flat, shapes):
-      if not tensor.shape.is_fully_defined():
-        same = tf.logical_and(tf.equal(tf.rank(tensor), shape.rank),
-                              tf.reduce_all(tf.equal(tf.shape(tensor)[:shape.rank], shape.as_list())))
-        checks.append(tf.debugging.Assert(same, [_SHAPE_MISMATCH, tf.shape(tensor)]))
-    with tf.control_dependencies(checks):
-      flat = [tf.ensure_shape(tensor, shape) for tensor, shape in zip(flat, shapes)]
-    return tf.nest.pack_sequence_as(parts, flat)
-
-  return dataset.map(checked)
+def _check_step(step: Any) -> int:
+  return _checks.integer(step, "step", 0)
 
 
 def repulsive_batch(
@@ -809,6 +574,7 @@ def repulsive_batch(
     max_elements: int = _DEFAULT_MAX_ELEMENTS,
     distance_cache_bytes: int = _DEFAULT_DISTANCE_CACHE_BYTES,
     verbose: bool = True,
+    name: str = "sampler",
 ) -> RepulsiveBatcher:
   """Draws every mini-batch of a finite dataset from a repulsive point process.
 
@@ -835,11 +601,16 @@ def repulsive_batch(
     sampler: `Uniform()`, `EpochShuffle()`, `VanillaPDS()`, `EasyPDS()`, `DensePDS(pi)`,
       `AnnealPDS()`, `KDPP()`, `FastKDPP()` or `ActiveBias()`: a configuration, reusable across
       batchers.
-    feature_fn: called like a `Dataset.map` function on an element; returns the vector distances
-      are measured in. Default: the first component (tuples), or for dict elements the one
-      numeric component besides "label"; flattened, as float32.
+    feature_fn: called like a `Dataset.map` function on an element (`fn(x, y)` for `(x, y)`
+      elements, `fn(element)` for dicts); returns the numeric tensor (or nested tensors)
+      distances are measured in, flattened, concatenated, as float32. Default, following Keras'
+      element conventions: for `(x,)`, `(x, y)` and `(x, y, sample_weight)` tuples every numeric
+      tensor of `x` (one input, or all inputs of a multi-input `x`, a tuple or dict, in
+      `tf.nest` order); for dict elements the one numeric component besides "label"; for a
+      single tensor, itself. Longer tuples and ambiguous dicts need `feature_fn`.
     label_fn: likewise, returns the integer class id, for the samplers that need labels.
-      Default: the last component (tuples), or the "label" key (dicts).
+      Default: `y` of `(x, y)` and `(x, y, sample_weight)` (never the sample weight), or the
+      "label" key of dicts.
     seed: seed of the batch draws, a 64-bit integer. None: drawn like TensorFlow ops draw theirs,
       so reproducible after `tf.random.set_seed` / `keras.utils.set_random_seed`, random otherwise.
     start_step: the step of the stream's first batch. None (default): set by
@@ -852,40 +623,49 @@ def repulsive_batch(
     verbose: show a progress bar (on stderr) for any one-time step of the build that takes more
       than about 2 s: reading the dataset, mingling values, the distance cache, the k-DPP
       eigendecomposition. False: silent.
+    name: what the callbacks' log keys start with (`<name>_mingling`, ...); batchers whose
+      callbacks run in one `fit` need different names.
 
   Returns:
     The `RepulsiveBatcher`: `dataset.apply(batcher)` gives the batches; the batcher is the handle
     for `steps_per_epoch`, `batch_indices(step)`, `stats()` and the callbacks.
 
   Raises:
-    TypeError: for arguments of the wrong type, non-numeric features, non-integer labels.
+    TypeError: for arguments of the wrong type, ragged or sparse components, non-numeric
+      features, non-integer labels.
     ValueError: for batch_size outside [1, N], an empty or infinite dataset, an input that differs
-      from run to run (an unseeded shuffle or random op upstream, a parallel step allowed to
-      reorder), ragged or non-finite features, missing labels, neighbors >= N, a batcher applied
-      twice.
+      from run to run or carries randomness (an unseeded shuffle, a random op or Keras random
+      layer before the batcher: apply augmentation after it), elements whose features or labels
+      the defaults cannot tell (tuples of four or more, ambiguous dicts, nested y), non-finite
+      features or ones beyond float32, missing labels or a single class for the mingling
+      samplers, neighbors >= N, a batcher applied twice.
   """
-  for value, name, least in ((batch_size, "batch_size", 1), (max_elements, "max_elements", 1),
-                             (distance_cache_bytes, "distance_cache_bytes", 0)):
-    _checks.integer(value, name, least)
+  batch_size = _checks.integer(batch_size, "batch_size", 1)
+  max_elements = _checks.integer(max_elements, "max_elements", 1)
+  distance_cache_bytes = _checks.integer(distance_cache_bytes, "distance_cache_bytes", 0)
   if not isinstance(sampler, _samplers.Sampler):
     raise TypeError(
         f"`sampler` must be a tf_repulsive sampler (an instance of a tf_repulsive.Sampler subclass, "
         f"such as tf_repulsive.VanillaPDS(), or one of your own); got {sampler!r}.")
-  for fn, name in ((feature_fn, "feature_fn"), (label_fn, "label_fn")):
+  for fn, argument in ((feature_fn, "feature_fn"), (label_fn, "label_fn")):
     if fn is not None and not callable(fn):
-      raise TypeError(f"`{name}` must be callable or None; got {fn!r}.")
+      raise TypeError(f"`{argument}` must be callable or None; got {fn!r}.")
   if seed is not None:
-    _checks.integer(seed, "seed")
+    seed = _checks.integer(seed, "seed")
   if seed is not None and not -2**63 <= seed < 2**63:
     raise ValueError(f"`seed` must be a 64-bit integer, in [-2**63, 2**63 - 1]; got {seed}.")
   if start_step is not None:
-    _check_step(start_step)
+    start_step = _check_step(start_step)
   if not isinstance(verbose, bool):
     raise TypeError(f"`verbose` must be True or False; got {verbose!r}.")
+  if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+    raise ValueError(
+        f"`name` must start with a letter and hold letters, digits and underscores only (it prefixes "
+        f"the callbacks' log keys); got {name!r}.")
   if seed is None:
     # Like TensorFlow's own ops with seed=None: reproducible under tf.random.set_seed (or
     # keras.utils.set_random_seed), random otherwise.
     seed = int(tf.random.uniform([], maxval=2**62, dtype=tf.int64))
   return RepulsiveBatcher(batch_size, sampler, feature_fn=feature_fn, label_fn=label_fn, seed=seed,
                           start_step=start_step, max_elements=max_elements,
-                          distance_cache_bytes=distance_cache_bytes, verbose=verbose)
+                          distance_cache_bytes=distance_cache_bytes, verbose=verbose, name=name)

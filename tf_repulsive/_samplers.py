@@ -23,12 +23,6 @@ def _check_radius(radius: float | str | None) -> None:
                  type_hint='a number, "auto" or None (half the median distance)')
 
 
-def _check_count(value: int | None, name: str) -> None:
-  """`value` must be None or an int >= 1."""
-  if value is not None:
-    _checks.integer(value, name, 1)
-
-
 def _dart_budget(max_darts: int | None, batch_size: int) -> int:
   return max(16 * batch_size, 256) if max_darts is None else max_darts
 
@@ -152,7 +146,7 @@ class VanillaPDS(_DiskSampler):
 
   def __post_init__(self):
     _check_radius(self.radius)
-    _check_count(self.max_darts, "max_darts")
+    _checks.count_fields(self, "max_darts")
 
   def plan(self, *, batch_size, radius, mingling_values, num_points):
     del mingling_values
@@ -169,14 +163,20 @@ class _MinglingPDS(_DiskSampler):
 
   def _check_disk_and_mingling(self) -> None:
     _check_radius(self.radius)
-    _check_count(self.neighbors, "neighbors")
-    _check_count(self.max_darts, "max_darts")
+    _checks.count_fields(self, "neighbors", "max_darts")
 
   def _mingling(self, context: SamplingContext) -> _mingling.MinglingValues:
     num_points = context.features.shape[0]
     if not self.neighbors < num_points:
       raise ValueError(f"`neighbors` = {self.neighbors} must be < N = {num_points}; use fewer neighbours.")
     assert context.labels is not None  # needs_labels
+    classes = np.unique(context.labels)
+    if classes.size < 2:
+      # Every mingling index would be 0: the sampler would silently be Vanilla PDS.
+      raise ValueError(
+          f"the labels take one value ({classes[0]}) over all {num_points} elements, and the mingling "
+          f"index of {type(self).__name__} needs at least two classes. Check the labels: by default y "
+          "of (x, y[, sample_weight]) elements, or the 'label' key of dicts; pass `label_fn` for others.")
     return _mingling.mingling_values(context.features, context.labels, self.neighbors, verbose=context.verbose)
 
 

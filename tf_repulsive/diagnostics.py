@@ -432,7 +432,7 @@ def pair_correlation(features: Any, batches: Any, r_bins: int | Sequence[float] 
   if reference not in ("uniform", "marginal"):
     raise ValueError(f"`reference` must be 'uniform' or 'marginal'; got {reference!r}.")
   max_reference_pairs = _checks.integer(max_reference_pairs, "max_reference_pairs", 1)
-  _checks.integer(seed, "seed", 0)
+  seed = _checks.integer(seed, "seed", 0)
   edges = None  # for a bin count: known once the distances are
   if isinstance(r_bins, numbers.Integral) and not isinstance(r_bins, bool):
     num_bins = _checks.integer(r_bins, "r_bins", 1)
@@ -570,8 +570,8 @@ def per_example_gradients(model: keras.Model, loss_fn: Callable[[Any, Any], Any]
   if y.ndim < 1 or y.shape[0] != x.shape[0]:
     raise ValueError(f"`y` must have one target per example ({x.shape[0]}); got shape {y.shape}.")
   if sketch_dim is not None:
-    _checks.integer(sketch_dim, "sketch_dim", 1)
-  _checks.integer(seed, "seed", 0)
+    sketch_dim = _checks.integer(sketch_dim, "sketch_dim", 1)
+  seed = _checks.integer(seed, "seed", 0)
   chosen = _resolve_variables(model, variables)
   num_parameters = sum(int(np.prod(variable.shape)) for variable in chosen)
   if chunk_size is None:
@@ -680,7 +680,7 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
   batch_size = _checks.integer(batch_size, "batch_size", 1)
   num_batches = _checks.integer(num_batches, "num_batches", 3)
   seed = _checks.integer(seed, "seed", 0)
-  _checks.integer(start_step, "start_step", 0)
+  start_step = _checks.integer(start_step, "start_step", 0)
   instances = {}
   for name, entry in samplers.items():
     sampler = entry if isinstance(entry, _samplers.Sampler) else entry() if callable(entry) else None
@@ -811,7 +811,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
   batch_size = _checks.integer(batch_size, "batch_size", 1)
   num_batches = _checks.integer(num_batches, "num_batches", 3)
   seed = _checks.integer(seed, "seed", 0)
-  _checks.integer(start_step, "start_step", 0)
+  start_step = _checks.integer(start_step, "start_step", 0)
   labels = np.asarray(y)
   data = tf.data.Dataset.from_tensor_slices((np.asarray(x), labels))
 

@@ -34,7 +34,8 @@ setuptools.setup(
         "datasets": ["tensorflow-datasets>=4.9", "importlib_resources"],
         "examples": ["matplotlib>=3.7", "tensorboard>=2.16"],
         # The test command also lints (ruff) and type-checks the package (mypy); see scripts/test.sh.
-        "test": ["pytest>=7", "ruff>=0.5", "mypy>=1.10"],
+        # hypothesis generates the element structures and compositions of tests/test_properties.py.
+        "test": ["pytest>=7", "ruff>=0.5", "mypy>=1.10", "hypothesis>=6.100"],
         # An outside exact k-DPP sampler for the Table 1 benchmark (examples/benchmark_table1.py).
         "reference": ["dppy>=0.3"],
     },

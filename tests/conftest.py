@@ -85,3 +85,11 @@ def example_main(absl_flags):
   yield load
   for module_name in imported:
     sys.modules.pop(module_name, None)
+
+
+def pytest_terminal_summary(terminalreporter):
+  """How many cases the property-based tests generated (tests/test_properties.py)."""
+  properties = sys.modules.get("test_properties")
+  if properties is not None and properties.GENERATED:
+    counts = ", ".join(f"{name}: {count}" for name, count in sorted(properties.GENERATED.items()))
+    terminalreporter.write_line(f"property-based cases generated: {sum(properties.GENERATED.values())} ({counts})")

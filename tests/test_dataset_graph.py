@@ -69,6 +69,7 @@ def test_random_ops_are_found_in_nested_functions_and_datasets():
     (lambda s: s, []),
     (lambda s: s.map(lambda x, y: (x, y)).prefetch(1), ["Map", "Prefetch"]),
     (lambda s: tf.data.Dataset.zip(s, _base()).take(3), ["Zip", "Take"]),
+    (lambda s: s.map(lambda x, y: (x, y), num_parallel_calls=2, deterministic=False), ["Unordered"]),
 ])
 def test_the_path_from_a_stream_is_found(after, kinds):
   stream = _base().repeat()

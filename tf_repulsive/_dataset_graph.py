@@ -185,6 +185,7 @@ _CHANGES_THE_STEP = {
     "ParallelInterleave": "changes how many batches there are, and their order",
     "Concatenate": "puts other elements between the steps",
     "DirectedInterleave": "mixes the stream with other elements",
+    "Unordered": "may hand a step the batch of another step (deterministic=False)",
 }
 # Transformations after the batcher that keep the batch of every step (they transform, hold,
 # end or pair batches).
@@ -197,8 +198,10 @@ _KEEPS_THE_STEP = frozenset((
 def transformations_between(final: tf.data.Dataset, stream: tf.data.Dataset) -> list[str] | None:
   """The kinds of the transformations from `stream` down to `final`, or None if `final` is not made from it.
 
-  Follows every input; the first path found is reported, nearest `stream` first.
+  Follows every input; the first path found is reported, nearest `stream` first. A parallel
+  transformation allowed to reorder its elements is reported as "Unordered".
   """
+  reorders_by_default = final.options().deterministic is False
   parents: dict[int, tf.data.Dataset | None] = {id(final): None}
   pending = [final]
   while pending:
@@ -207,7 +210,9 @@ def transformations_between(final: tf.data.Dataset, stream: tf.data.Dataset) -> 
       kinds = []
       child = parents[id(node)]
       while child is not None:
-        kinds.append(kind(child))
+        deterministic = getattr(child, "_deterministic", None)
+        unordered = deterministic == "false" or (deterministic == "default" and reorders_by_default)
+        kinds.append("Unordered" if unordered else kind(child))
         child = parents[id(child)]
       return kinds
     for parent in node._inputs():  # pylint: disable=protected-access
@@ -220,6 +225,8 @@ def transformations_between(final: tf.data.Dataset, stream: tf.data.Dataset) -> 
 def step_changing(kinds: list[str]) -> tuple[str | None, list[str]]:
   """The first transformation in `kinds` that changes the step's batch, described, and the unknown kinds."""
   for name in kinds:
+    if name == "Unordered":
+      return f"a parallel transformation that {_CHANGES_THE_STEP[name]}", []
     if name in _CHANGES_THE_STEP:
       return f"{name.lower()}() ({_CHANGES_THE_STEP[name]})", []
   return None, [name for name in kinds if name not in _KEEPS_THE_STEP]

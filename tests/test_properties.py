@@ -187,7 +187,7 @@ def _dataset(element):
   return tf.data.Dataset.from_tensor_slices(element)
 
 
-@hypothesis.settings(max_examples=30, **_SETTINGS)
+@hypothesis.settings(max_examples=24, **_SETTINGS)
 @hypothesis.given(generated=_elements(), sampler_name=st.sampled_from(["vanilla_pds", "easy_pds"]),
                   batch_size=st.integers(1, 12))
 def test_element_structures_build_exactly_or_name_the_fix(generated, sampler_name, batch_size):
@@ -238,7 +238,7 @@ _BEFORE = {
 }
 
 
-@hypothesis.settings(max_examples=20, **_SETTINGS)
+@hypothesis.settings(max_examples=16, **_SETTINGS)
 @hypothesis.given(names=st.lists(st.sampled_from(sorted(_BEFORE)), min_size=1, max_size=3),
                   sampler_name=st.sampled_from(["uniform", "vanilla_pds", "epoch_shuffle"]),
                   batch_size=st.integers(1, 8))
@@ -305,7 +305,7 @@ class _Fingerprint(keras.Model):
     return super().train_step((x, y))
 
 
-@hypothesis.settings(max_examples=8, **_SETTINGS)
+@hypothesis.settings(max_examples=6, **_SETTINGS)
 @hypothesis.given(names=st.lists(st.sampled_from(sorted(_AFTER)), min_size=1, max_size=2), steps=st.integers(2, 6))
 def test_compositions_after_the_batcher_in_fit_are_refused_or_exact(names, steps):
   _count("compositions after the batcher")
@@ -337,7 +337,7 @@ _SAMPLERS = {"uniform": tf_repulsive.Uniform, "epoch_shuffle": tf_repulsive.Epoc
              "anneal_pds": lambda: tf_repulsive.AnnealPDS(neighbors=3)}
 
 
-@hypothesis.settings(max_examples=10, **_SETTINGS)
+@hypothesis.settings(max_examples=8, **_SETTINGS)
 @hypothesis.given(sampler_name=st.sampled_from(sorted(_SAMPLERS)), size=st.integers(30, 90),
                   batch_size=st.integers(1, 20), break_point=st.integers(1, 40), callback_start=st.booleans())
 def test_a_restored_iterator_continues_exactly(tmp_path_factory, sampler_name, size, batch_size, break_point,

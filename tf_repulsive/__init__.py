@@ -12,6 +12,7 @@ from tf_repulsive._callback import ActiveBiasCallback
 from tf_repulsive._callback import AnnealingCallback
 from tf_repulsive._callback import BatchStreamCallback
 from tf_repulsive._contract import BatchDrawer
+from tf_repulsive._contract import Sampler
 from tf_repulsive._contract import SamplingContext
 from tf_repulsive._epoch_shuffle import EpochShuffle
 from tf_repulsive._kdpp import FastKDPP
@@ -24,7 +25,6 @@ from tf_repulsive._pipeline import repulsive_batch
 from tf_repulsive._samplers import AnnealPDS
 from tf_repulsive._samplers import DensePDS
 from tf_repulsive._samplers import EasyPDS
-from tf_repulsive._samplers import Sampler
 from tf_repulsive._samplers import Uniform
 from tf_repulsive._samplers import VanillaPDS
 from tf_repulsive._schedule import anneal_pi

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_repulsive import _checks
-from tf_repulsive import _samplers
+from tf_repulsive import _contract
 
 
 class ActiveBiasState(tf.Module):
@@ -50,7 +50,7 @@ def prediction_variance_weights(count: np.ndarray, total: np.ndarray, total_sq: 
   return np.sqrt(variance + variance**2 / (count - 1)) + smoothness
 
 
-class WeightedDrawer(_samplers.BatchDrawer):
+class WeightedDrawer(_contract.BatchDrawer):
   """k distinct points, successively with probability ∝ weights (Gumbel top-k); O(N) per batch."""
 
 
@@ -69,7 +69,7 @@ class WeightedDrawer(_samplers.BatchDrawer):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ActiveBias(_samplers.Sampler):
+class ActiveBias(_contract.Sampler):
   """ActiveBias (SGD-SPV) baseline; needs `ActiveBiasCallback` in `fit` to learn its weights.
 
   Attributes:

@@ -1,6 +1,9 @@
-"""The sampler contract: what a sampler is built against and what it builds.
+"""The sampler contract, in one place: a `Sampler` builds a `BatchDrawer` from a `SamplingContext`.
 
-`Sampler` (in `_samplers`) builds a `BatchDrawer` from a `SamplingContext`, once per dataset.
+`build` runs once per dataset (one-time preparation, numpy allowed); the drawer's `draw` is traced
+into the pipeline and runs for every batch (TensorFlow ops, stateless randomness). The built-in
+samplers (`_samplers`, `_epoch_shuffle`, `_kdpp`, `_active_bias`) are written against this module
+only, as a user's own sampler is.
 """
 
 from __future__ import annotations
@@ -89,3 +92,50 @@ class BatchDrawer:
     """The distribution over mingling values that darts follow at `step`, or None (the default)."""
     del step
     return None
+
+
+class Sampler:
+  """Base of all samplers: frozen configurations, reusable by any number of `repulsive_batch` batchers.
+
+  The pipeline's state (draws, counters, where its stream starts) lives in the batcher that
+  `repulsive_batch` returns, not here.
+
+  A sampler of your own subclasses this and overrides `build`, which receives the dataset's
+  `SamplingContext` once and returns a `BatchDrawer`; set `needs_labels = True` to get the labels
+  in the context. Checkpoints, callbacks and `batch_indices` then work as for the built-in ones.
+  A drawer draws one step per call unless it sets `steps_per_draw` (see `BatchDrawer`).
+
+  Example (every batch the next k elements, a new random rotation each epoch):
+
+  >>> import numpy as np, tensorflow as tf, tf_repulsive
+  >>> class RotatedBlocks(tf_repulsive.Sampler):
+  ...   def build(self, context):
+  ...     num_points, k = context.features.shape[0], context.batch_size
+  ...     class Drawer(tf_repulsive.BatchDrawer):
+  ...       def draw(self, key, first_step):  # one step per draw: first_step is the step
+  ...         epoch = first_step // -(-num_points // k)
+  ...         shift = tf.random.stateless_uniform(
+  ...             [], tf.random.experimental.stateless_fold_in(key, epoch), maxval=num_points, dtype=tf.int64)
+  ...         indices = (first_step * k + shift + tf.range(k, dtype=tf.int64)) % num_points
+  ...         return tf.cast(indices, tf.int32)[None], tf.zeros([1], tf.int32)
+  ...     return Drawer()
+  >>> batcher = tf_repulsive.repulsive_batch(4, RotatedBlocks(), seed=0, start_step=0)
+  >>> batches = tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher)
+  >>> first = next(iter(batches)).numpy()
+  >>> bool(np.all(np.diff(first) % 10 == 1)), bool(np.array_equal(first, batcher.batch_indices(0)))
+  (True, True)
+  """
+
+  # Whether `build` needs the class labels in its context.
+  needs_labels: bool = False
+
+  def build(self, context: SamplingContext) -> BatchDrawer:
+    """Prepares this sampler's per-batch draw for a dataset (one-time preprocessing).
+
+    Args:
+      context: the dataset's features (labels when `needs_labels`) and the batch size.
+
+    Returns:
+      The drawer the pipeline calls for every batch.
+    """
+    raise NotImplementedError

@@ -14,7 +14,7 @@ import math
 
 import tensorflow as tf
 
-from tf_repulsive import _samplers
+from tf_repulsive import _contract
 
 _ROUNDS = 6
 _WORD = 0xFFFFFFFF
@@ -66,7 +66,7 @@ def keyed_permutation(positions: tf.Tensor, round_keys: tf.Tensor, num_points: i
   return tf.while_loop(outside, walk, [feistel(positions)], maximum_iterations=domain - num_points + 1)[0]
 
 
-class _EpochOrderDrawer(_samplers.BatchDrawer):
+class _EpochOrderDrawer(_contract.BatchDrawer):
   """Step n is batch n mod S of epoch n div S (S = ceil(N / k)) of that epoch's order."""
 
 
@@ -90,7 +90,7 @@ class _EpochOrderDrawer(_samplers.BatchDrawer):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class EpochShuffle(_samplers.Sampler):
+class EpochShuffle(_contract.Sampler):
   """The baseline users run today: every element once per epoch, in a new seeded order each epoch.
 
   Like `dataset.shuffle(N).batch(k)`: epoch e (steps e·S ... e·S + S − 1, S = ceil(N / k), the
@@ -101,5 +101,5 @@ class EpochShuffle(_samplers.Sampler):
   about 63% of the elements per epoch.
   """
 
-  def build(self, context: _samplers.SamplingContext) -> _samplers.BatchDrawer:
+  def build(self, context: _contract.SamplingContext) -> _contract.BatchDrawer:
     return _EpochOrderDrawer(context.features.shape[0], context.batch_size)

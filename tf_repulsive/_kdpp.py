@@ -15,7 +15,7 @@ from tf_repulsive import _checks
 from tf_repulsive import _arrays
 from tf_repulsive import _progress
 from tf_repulsive import _radius
-from tf_repulsive import _samplers
+from tf_repulsive import _contract
 
 _KERNELS = ("rbf", "linear")
 # Added to the diagonal of the k x k kernel blocks the MCMC chain inverts: RBF blocks of nearby
@@ -76,7 +76,7 @@ def _sample_categorical(log_weights: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
   return tf.minimum(tf.cast(index, tf.int32), tf.size(weights, tf.int32) - 1)
 
 
-class _SpectralKDPPDrawer(_samplers.BatchDrawer):
+class _SpectralKDPPDrawer(_contract.BatchDrawer):
   """Exact k-DPP: choose k eigenvectors by elementary symmetric polynomials, then a projection DPP."""
 
 
@@ -147,7 +147,7 @@ class _SpectralKDPPDrawer(_samplers.BatchDrawer):
     return indices
 
 
-class _ExchangeChainDrawer(_samplers.BatchDrawer):
+class _ExchangeChainDrawer(_contract.BatchDrawer):
   """Approximate k-DPP: a Metropolis exchange chain of `swaps` proposals from a uniform k-set."""
 
 
@@ -219,7 +219,7 @@ class _ExchangeChainDrawer(_samplers.BatchDrawer):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class KDPP(_samplers.Sampler):
+class KDPP(_contract.Sampler):
   """Exact k-DPP over the dataset (Kulesza & Taskar), the paper's DPP baseline.
 
   One-time: the N x N L-ensemble kernel and its eigendecomposition (O(N^3) time, ~20 N^2 bytes).
@@ -266,7 +266,7 @@ class KDPP(_samplers.Sampler):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class FastKDPP(_samplers.Sampler):
+class FastKDPP(_contract.Sampler):
   """Approximate k-DPP by a Metropolis exchange chain (Anari et al. 2016; Li et al. 2016).
 
   Each batch starts from k distinct points uniformly at random and makes `swaps` proposals: swap a

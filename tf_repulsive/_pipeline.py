@@ -23,7 +23,7 @@ from tf_repulsive import _checks
 from tf_repulsive import _dataset_graph
 from tf_repulsive import _reading
 from tf_repulsive import _stream_ops
-from tf_repulsive import _samplers
+from tf_repulsive import _contract
 
 _DEFAULT_MAX_ELEMENTS = 10_000_000
 _DEFAULT_DISTANCE_CACHE_BYTES = 512 * 2**20
@@ -87,7 +87,7 @@ class SamplingStats:
 class _Built:
   """What applying a batcher to a dataset produced: the data, the drawer and its counters."""
 
-  def __init__(self, drawer: _samplers.BatchDrawer, data: _reading.Materialized):
+  def __init__(self, drawer: _contract.BatchDrawer, data: _reading.Materialized):
     self.drawer = drawer
     self.elements = data.elements
     # Created once, outside the dataset functions, so that the functions capture them as inputs.
@@ -136,7 +136,7 @@ class RepulsiveBatcher:
     name: the prefix of the callbacks' log keys.
   """
 
-  def __init__(self, batch_size: int, sampler: _samplers.Sampler, *, feature_fn, label_fn, seed: int,
+  def __init__(self, batch_size: int, sampler: _contract.Sampler, *, feature_fn, label_fn, seed: int,
                start_step: int | None, max_elements: int, distance_cache_bytes: int, verbose: bool, name: str):
     self.batch_size = batch_size
     self.name = name
@@ -239,7 +239,7 @@ class RepulsiveBatcher:
     return self._require_built().labels
 
   @property
-  def drawer(self) -> _samplers.BatchDrawer:
+  def drawer(self) -> _contract.BatchDrawer:
     """The sampler's per-dataset draw (see `Sampler.build`)."""
     return self._require_built().drawer
 
@@ -395,10 +395,10 @@ class RepulsiveBatcher:
       raise ValueError(
           f"`batch_size` = {self.batch_size} exceeds the dataset size N = {num_points}; a batch "
           "holds distinct elements.")
-    drawer = sampler.build(_samplers.SamplingContext(
+    drawer = sampler.build(_contract.SamplingContext(
         features=data.features, labels=data.labels, batch_size=self.batch_size,
         distance_cache_bytes=self._distance_cache_bytes, verbose=self._verbose))
-    if not isinstance(drawer, _samplers.BatchDrawer):
+    if not isinstance(drawer, _contract.BatchDrawer):
       raise TypeError(
           f"{type(sampler).__name__}.build must return a tf_repulsive.BatchDrawer (subclass it); got "
           f"{type(drawer).__name__}.")
@@ -544,7 +544,7 @@ class RepulsiveBatcher:
           "`max_darts` if the disks do fit).", RuntimeWarning, stacklevel=5)
 
 
-def _checked_draw(drawer: _samplers.BatchDrawer, key: tf.Tensor, first_step: tf.Tensor,
+def _checked_draw(drawer: _contract.BatchDrawer, key: tf.Tensor, first_step: tf.Tensor,
                   batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
   """`drawer.draw`, its result's shapes checked against the contract when it is traced."""
   indices, fallback = drawer.draw(key, first_step)
@@ -565,7 +565,7 @@ def _check_step(step: Any) -> int:
 
 def repulsive_batch(
     batch_size: int,
-    sampler: _samplers.Sampler,
+    sampler: _contract.Sampler,
     *,
     feature_fn: Callable[..., tf.Tensor] | None = None,
     label_fn: Callable[..., tf.Tensor] | None = None,
@@ -643,7 +643,7 @@ def repulsive_batch(
   batch_size = _checks.integer(batch_size, "batch_size", 1)
   max_elements = _checks.integer(max_elements, "max_elements", 1)
   distance_cache_bytes = _checks.integer(distance_cache_bytes, "distance_cache_bytes", 0)
-  if not isinstance(sampler, _samplers.Sampler):
+  if not isinstance(sampler, _contract.Sampler):
     raise TypeError(
         f"`sampler` must be a tf_repulsive sampler (an instance of a tf_repulsive.Sampler subclass, "
         f"such as tf_repulsive.VanillaPDS(), or one of your own); got {sampler!r}.")

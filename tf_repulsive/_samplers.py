@@ -1,4 +1,4 @@
-"""Samplers: immutable configurations of the point process that draws each mini-batch."""
+"""The built-in point processes: Uniform and the Poisson disk samplers (Vanilla, Easy, Dense, Anneal PDS)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tf_repulsive import _mingling
 from tf_repulsive import _radius
 from tf_repulsive import _schedule
 from tf_repulsive._contract import BatchDrawer
+from tf_repulsive._contract import Sampler
 from tf_repulsive._contract import SamplingContext
 
 
@@ -25,53 +26,6 @@ def _check_radius(radius: float | str | None) -> None:
 
 def _dart_budget(max_darts: int | None, batch_size: int) -> int:
   return max(16 * batch_size, 256) if max_darts is None else max_darts
-
-
-class Sampler:
-  """Base of all samplers: frozen configurations, reusable by any number of `repulsive_batch` batchers.
-
-  The pipeline's state (draws, counters, where its stream starts) lives in the batcher that
-  `repulsive_batch` returns, not here.
-
-  A sampler of your own subclasses this and overrides `build`, which receives the dataset's
-  `SamplingContext` once and returns a `BatchDrawer`; set `needs_labels = True` to get the labels
-  in the context. Checkpoints, callbacks and `batch_indices` then work as for the built-in ones.
-  A drawer draws one step per call unless it sets `steps_per_draw` (see `BatchDrawer`).
-
-  Example (every batch the next k elements, a new random rotation each epoch):
-
-  >>> import numpy as np, tensorflow as tf, tf_repulsive
-  >>> class RotatedBlocks(tf_repulsive.Sampler):
-  ...   def build(self, context):
-  ...     num_points, k = context.features.shape[0], context.batch_size
-  ...     class Drawer(tf_repulsive.BatchDrawer):
-  ...       def draw(self, key, first_step):  # one step per draw: first_step is the step
-  ...         epoch = first_step // -(-num_points // k)
-  ...         shift = tf.random.stateless_uniform(
-  ...             [], tf.random.experimental.stateless_fold_in(key, epoch), maxval=num_points, dtype=tf.int64)
-  ...         indices = (first_step * k + shift + tf.range(k, dtype=tf.int64)) % num_points
-  ...         return tf.cast(indices, tf.int32)[None], tf.zeros([1], tf.int32)
-  ...     return Drawer()
-  >>> batcher = tf_repulsive.repulsive_batch(4, RotatedBlocks(), seed=0, start_step=0)
-  >>> batches = tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher)
-  >>> first = next(iter(batches)).numpy()
-  >>> bool(np.all(np.diff(first) % 10 == 1)), bool(np.array_equal(first, batcher.batch_indices(0)))
-  (True, True)
-  """
-
-  # Whether `build` needs the class labels in its context.
-  needs_labels: bool = False
-
-  def build(self, context: SamplingContext) -> BatchDrawer:
-    """Prepares this sampler's per-batch draw for a dataset (one-time preprocessing).
-
-    Args:
-      context: the dataset's features (labels when `needs_labels`) and the batch size.
-
-    Returns:
-      The drawer the pipeline calls for every batch.
-    """
-    raise NotImplementedError
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -90,7 +44,7 @@ class Uniform(Sampler):
                                       verbose=context.verbose)
 
 
-class _DiskSampler(Sampler):
+class DiskSampler(Sampler):
   """Poisson disk samplers: the radius is configured, estimated (None) or calibrated ("auto").
 
   Subclasses have `radius` and `max_darts` and resolve to a `DartPlan` given the radius and, for
@@ -129,7 +83,7 @@ class _DiskSampler(Sampler):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class VanillaPDS(_DiskSampler):
+class VanillaPDS(DiskSampler):
   """Poisson disk sampling by dart throwing with one fixed disk radius (the paper's Vanilla PDS).
 
   No two points of a batch are closer than `radius` (up to the documented fallback fill).
@@ -155,7 +109,7 @@ class VanillaPDS(_DiskSampler):
         num_mingling_values=0, max_darts=_dart_budget(self.max_darts, batch_size))
 
 
-class _MinglingPDS(_DiskSampler):
+class _MinglingPDS(DiskSampler):
   """What Easy, Dense and Anneal PDS share: labels, mingling values (K = `neighbors`), a disk."""
 
   needs_labels = True

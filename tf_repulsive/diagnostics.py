@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from tf_repulsive import _checks
 from tf_repulsive import _pipeline
+from tf_repulsive import _contract
 from tf_repulsive import _samplers
 
 # Bound on the float64 scratch arrays of the numpy kernels (elements), so memory stays O(this)
@@ -40,7 +41,7 @@ _CHUNK_ELEMENTS = 2**22
 _GRADIENT_CHUNK_BYTES = 256 * 2**20
 _MAX_GRADIENT_CHUNK = 256
 
-SamplerFactory = Callable[[], _samplers.Sampler]
+SamplerFactory = Callable[[], _contract.Sampler]
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -640,7 +641,7 @@ def _gradient_space(num_parameters: int, variables: str | Sequence[Any], sketch_
 
 
 def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any, y: Any,
-                      samplers: Mapping[str, _samplers.Sampler | SamplerFactory], batch_size: int, *,
+                      samplers: Mapping[str, _contract.Sampler | SamplerFactory], batch_size: int, *,
                       num_batches: int = 200, seed: int = 0, start_step: int = 0,
                       variables: str | Sequence[Any] = "all", sketch_dim: int | None = None,
                       chunk_size: int | None = None) -> GradientVarianceResult:
@@ -683,8 +684,8 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
   start_step = _checks.integer(start_step, "start_step", 0)
   instances = {}
   for name, entry in samplers.items():
-    sampler = entry if isinstance(entry, _samplers.Sampler) else entry() if callable(entry) else None
-    if not isinstance(sampler, _samplers.Sampler):
+    sampler = entry if isinstance(entry, _contract.Sampler) else entry() if callable(entry) else None
+    if not isinstance(sampler, _contract.Sampler):
       raise TypeError(
           f"`samplers[{name!r}]` must be a tf_repulsive sampler or a factory of one; got {entry!r}.")
     instances[str(name)] = sampler
@@ -764,7 +765,7 @@ class RadiusSweepResult:
 
 
 def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any, y: Any, batch_size: int, *,
-                 sampler: Callable[..., _samplers.Sampler] | None = None,
+                 sampler: Callable[..., _contract.Sampler] | None = None,
                  scales: Sequence[float] = (0.25, 0.5, 0.75, 1.0, 1.25), include_default: bool = True,
                  num_batches: int = 200, seed: int = 0, start_step: int = 0,
                  variables: str | Sequence[Any] = "all", sketch_dim: int | None = None,
@@ -822,7 +823,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
       instance = make(radius=radius)
     except TypeError as error:
       raise wrong from error
-    if not isinstance(instance, _samplers._DiskSampler):
+    if not isinstance(instance, _samplers.DiskSampler):
       raise wrong
     batcher = _pipeline.repulsive_batch(batch_size, instance, seed=seed, start_step=start_step, verbose=False)
     # Radii that do not fit are part of the sweep: the fill rate column reports them.

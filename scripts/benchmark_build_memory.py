@@ -6,8 +6,8 @@ Each case runs in a fresh process. The baseline is the process once TensorFlow i
 the user's arrays and `from_tensor_slices` dataset exist; then the peak resident memory is reset
 (`/proc/self/clear_refs`) and the pipeline is built and its first batch drawn. Printed: the peak
 above the baseline and the steady state (after the build, garbage collected) as multiples of
-"data" = bytes of the elements + bytes of the feature vectors (issue 9's targets: peak <= 2x,
-steady <= 1.2x).
+"data" = bytes of the elements + bytes of the feature vectors (the bounds the package keeps: peak
+<= 2x, steady <= 1.2x).
 """
 
 import gc

@@ -1,8 +1,8 @@
 """Batches/s and time to a new iterator's first batch, against `shuffle(N).batch(k)` in the same run.
 
-Issue 10's targets: at 60000 x 784 float32, k = 50, Uniform >= 1.5x and every PDS variant >= 1.0x
-the batches/s of shuffle + batch; the first batch of a new iterator <= 1.5x shuffle + batch's at
-1257 x 64 (the digits' training split) and 60000 x 784.
+Data: 60000 x 784 float32 clusters and the digits' 1257 x 64 training split, k = 50. Batches/s are
+timed in a `tf.function` loop over a new iterator per round (shuffle + batch first in each round);
+the first batch of a new iterator is the median of `--starts` new iterators.
   .venv/bin/python scripts/benchmark_throughput.py [--batches=3000] [--samplers=uniform,vanilla_pds,...]
       [--disable_grappler] [--breakdown] [--start_breakdown]
 """

@@ -21,9 +21,7 @@ setuptools.setup(
     # installing one does not pull in the other.
     install_requires=[
         "numpy>=1.24",
-        "scikit-learn>=1.3",
         "keras>=3.0",
-        "absl-py>=1.4",
         # Progress bars for long one-time preprocessing (delayed, on stderr); tensorflow-datasets
         # depends on it too.
         "tqdm>=4.60",
@@ -31,12 +29,17 @@ setuptools.setup(
     extras_require={
         "cpu": ["tensorflow-cpu>=2.16"],
         "gpu": ["tensorflow>=2.16"],
+        # tensorflow-datasets imports importlib_resources but declares it only for Python < 3.9.
         "datasets": ["tensorflow-datasets>=4.9", "importlib_resources"],
-        "examples": ["matplotlib>=3.7", "tensorboard>=2.16"],
+        # The examples' programs take absl flags and generate or split their data with scikit-learn.
+        "examples": ["matplotlib>=3.7", "tensorboard>=2.16", "absl-py>=1.4", "scikit-learn>=1.3"],
         # The test command also lints (ruff) and type-checks the package (mypy); see scripts/test.sh.
-        # hypothesis generates the element structures and compositions of tests/test_properties.py.
-        "test": ["pytest>=7", "ruff>=0.5", "mypy>=1.10", "hypothesis>=6.100"],
-        # An outside exact k-DPP sampler for the Table 1 benchmark (examples/benchmark_table1.py).
+        # hypothesis generates the element structures and compositions of tests/test_properties.py;
+        # the tests' fixtures use absl flags and scikit-learn datasets, as the examples they run do.
+        # sphinx builds the API reference (docs/, warnings as errors) in scripts/test.sh; < 9.1: the versions checked.
+        "test": ["pytest>=7", "ruff>=0.5", "mypy>=1.10", "hypothesis>=6.100", "absl-py>=1.4",
+                 "scikit-learn>=1.3", "sphinx>=7.2,<9.1"],
+        # An outside exact k-DPP sampler for the Table 1 benchmark (examples/benchmark_table1/).
         "reference": ["dppy>=0.3"],
     },
     license="Apache-2.0",

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Sets up .venv, lints (ruff.toml), type-checks the package (mypy.ini) and runs the test suite with
-# the docstrings' examples (offline; about ten minutes on 2 cores).
+# Sets up .venv, lints (ruff.toml), type-checks the package (mypy.ini), builds the API reference
+# (docs/, warnings as errors) and checks that it documents every public name, checks that a wheel
+# of the tree installs and imports in a fresh venv (scripts/check_wheel.sh), and runs the test
+# suite with the docstrings' examples (offline; about ten minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup_env.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
+# -E: read every page again, so that a warning is never hidden by an earlier build's saved state.
+.venv/bin/python -m sphinx -W --keep-going -q -E -b html docs docs/_build/html
+.venv/bin/python scripts/check_api_docs.py docs/_build/html
+./scripts/check_wheel.sh
 exec .venv/bin/python -m pytest -q "$@"

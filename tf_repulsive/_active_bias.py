@@ -22,6 +22,15 @@ class ActiveBiasState(tf.Module):
 
   Save it with the model (`tf.train.Checkpoint(model=model, active_bias=state)`): it is not part
   of the data iterator's checkpoint, and the weights decide which batches are drawn.
+
+  Attributes:
+    count: `[N]` float64 variable, per example the length n of its prediction history.
+    total: `[N]` float64 variable, per example the sum of its recorded probabilities of the true
+      label.
+    total_sq: `[N]` float64 variable, the sums of their squares.
+    weights: `[N]` float64 variable, the unnormalised sampling weights (all ones until the
+      warm-up ends).
+    epochs: int64 scalar variable, the epochs recorded.
   """
 
   def __init__(self, num_points: int):

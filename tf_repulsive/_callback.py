@@ -230,12 +230,12 @@ class AnnealingCallback(BatchStreamCallback):
 
   and in detail
 
-  * `<name>_pi_<m>`: pi over mingling value m/K at the epoch's last step;
-  * `<name>_mingling_<m>`: the share of the epoch's batch points with mingling value m/K.
+  * ``<name>_pi_<m>``: pi over mingling value m/K at the epoch's last step;
+  * ``<name>_mingling_<m>``: the share of the epoch's batch points with mingling value m/K.
 
   The three summaries go into the epoch logs, so the progress bar, `History`, `TensorBoard` and
   any other callback see them. The detail goes to `History` (`fit`'s return value) and to every
-  `keras.callbacks.TensorBoard` of the `fit` (as `epoch_<key>` in its "train" run), written by this
+  `keras.callbacks.TensorBoard` of the `fit` (as ``epoch_<key>`` in its "train" run), written by this
   callback: the progress bar stays readable, and the order of the callbacks does not matter. With
   `log_batches=True` every batch's logs get the summaries of that batch as well (for TensorBoard
   with `update_freq="batch"`).

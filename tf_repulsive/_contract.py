@@ -24,7 +24,7 @@ class SamplingContext:
   Attributes:
     features: `[N, d]` float32 feature vectors (distances are measured here).
     labels: `[N]` int64 class labels for samplers with `needs_labels`, else None.
-    batch_size: k.
+    batch_size: `k`.
     distance_cache_bytes: memory the sampler may spend on an N x N distance matrix.
     verbose: whether one-time work longer than about 2 s shows a progress bar.
   """
@@ -104,6 +104,10 @@ class Sampler:
   `SamplingContext` once and returns a `BatchDrawer`; set `needs_labels = True` to get the labels
   in the context. Checkpoints, callbacks and `batch_indices` then work as for the built-in ones.
   A drawer draws one step per call unless it sets `steps_per_draw` (see `BatchDrawer`).
+
+  Attributes:
+    needs_labels: whether `build` needs the class labels in its `SamplingContext` (a class
+      attribute; False here, True for the mingling samplers and `ActiveBias`).
 
   Example (every batch the next k elements, a new random rotation each epoch):
 

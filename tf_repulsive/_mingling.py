@@ -50,7 +50,7 @@ class MinglingValues:
   Attributes:
     values: `[N]` int64, per point how many of its K nearest neighbours (itself excluded) carry
       another label: K times the mingling index, in {0, ..., K}.
-    neighbors: K.
+    neighbors: `K`.
     agreement: the share of points whose value equals an exhaustive search's: 1.0 when the search
       was exhaustive, else measured on a fixed subsample of `_CHECK_POINTS` points.
   """

@@ -215,7 +215,7 @@ class RepulsiveBatcher:
 
   @property
   def steps_per_epoch(self) -> int:
-    """ceil(N / batch_size): the steps of one epoch (for `model.fit(steps_per_epoch=...)`)."""
+    """ceil(N / batch_size), the steps of one epoch (for `model.fit(steps_per_epoch=...)`)."""
     return math.ceil(self._require_built().num_points / self.batch_size)
 
   @property
@@ -230,7 +230,7 @@ class RepulsiveBatcher:
 
   @property
   def elements(self) -> Any:
-    """The materialised elements: nested numpy arrays with leading dimension N."""
+    """The materialised elements, nested numpy arrays with leading dimension N."""
     return self._require_built().elements
 
   @property
@@ -627,7 +627,7 @@ def repulsive_batch(
       callbacks run in one `fit` need different names.
 
   Returns:
-    The `RepulsiveBatcher`: `dataset.apply(batcher)` gives the batches; the batcher is the handle
+    `RepulsiveBatcher`: `dataset.apply(batcher)` gives the batches; the batcher is the handle
     for `steps_per_epoch`, `batch_indices(step)`, `stats()` and the callbacks.
 
   Raises:

@@ -1,7 +1,7 @@
 """Theorem-1 diagnostics: does a sampler reduce the variance of the mini-batch gradient, and why?
 
 For the mini-batch mean gradient Ĝ = (1/k) Σ_{i∈B} g_i over a finite dataset, with Z_i the
-indicator of i ∈ B, p_i = P(i ∈ B) and p_ij = P(i, j ∈ B), Theorem 1 of the paper reads
+indicator of i ∈ B, p_i = P(i ∈ B) and p_ij = P(i, j ∈ B), Theorem 1 of the paper reads::
 
   tr Cov(Ĝ) = (1/k²) Σ_i p_i (1 − p_i) |g_i|²  +  (1/k²) Σ_{i≠j} (p_ij − p_i p_j) g_i·g_j
             =            intensity               +                pair
@@ -88,20 +88,20 @@ class GradientVarianceReport:
 
   Attributes:
     name: the sampler's name.
-    batch_size: k.
+    batch_size: `k`.
     num_batches: M, the draws the estimates use (0 for the closed form).
     num_distinct_batches: how many of the draws differ as sets (M for a healthy sampler on a
       large dataset; fewer means repeated batches, which the standard errors do not account for).
     total: tr Cov(Ĝ).
     total_se: its standard error.
-    intensity: (1/k²) Σ_i p_i (1 − p_i) |g_i|², with p_i the inclusion probability.
+    intensity: ``(1/k²) Σ_i p_i (1 − p_i) |g_i|²``, with p_i the inclusion probability.
     intensity_se: its standard error.
     pair: total − intensity = (1/k²) Σ_{i≠j} (p_ij − p_i p_j) g_i·g_j; negative when repulsion
       reduces the variance.
     pair_se: its standard error.
-    bias: |E[Ĝ] − ḡ| with ḡ the full-data mean gradient (from the debiased estimate of the square,
+    bias: ``|E[Ĝ] − ḡ|`` with ḡ the full-data mean gradient (from the debiased estimate of the square,
       clipped at 0): how far the sampler's marginals move the expected step.
-    relative_bias: bias / |ḡ| (NaN when ḡ = 0).
+    relative_bias: ``bias / |ḡ|`` (NaN when ḡ = 0).
     radius: the sampler's disk radius, when known.
   """
 
@@ -121,7 +121,7 @@ class GradientVarianceReport:
 
   @property
   def mean_squared_error(self) -> float:
-    """E|Ĝ − ḡ|² = total + bias²: the error of Ĝ as an estimate of the full-data gradient."""
+    """``E|Ĝ − ḡ|² = total + bias²``, the error of Ĝ as an estimate of the full-data gradient."""
     return self.total + self.bias**2
 
 
@@ -134,9 +134,9 @@ class GradientVarianceResult:
   Attributes:
     reports: sampler name -> its report, in the order given.
     uniform_exact: closed form for k of N uniformly without replacement (plain SGD).
-    num_examples: N.
-    batch_size: k.
-    full_gradient_norm: |ḡ|, the norm of the full-data mean gradient.
+    num_examples: `N`.
+    batch_size: `k`.
+    full_gradient_norm: ``|ḡ|``, the norm of the full-data mean gradient.
     gradient_space: what the gradients are (variables, sketch), for the table's header.
     batches: sampler name -> the `[M, k]` draws analysed (e.g. for `pair_correlation`).
   """
@@ -287,12 +287,12 @@ def _split(name: str, gradients: np.ndarray, sq_norms: np.ndarray, full_mean: np
 def uniform_variance(gradients: Any, batch_size: int) -> GradientVarianceReport:
   """Theorem-1 split for k of N uniformly without replacement, in closed form (plain SGD).
 
-  p_i = k/N and p_ij = k(k − 1)/(N(N − 1)), so
+  p_i = k/N and p_ij = k(k − 1)/(N(N − 1)), so::
 
     total = (N − k)/(k (N − 1)) · (1/N) Σ_i |g_i − ḡ|²,
     intensity = (N − k)/(k N²) Σ_i |g_i|²,
 
-  and pair = total − intensity = −(N − k)/(k N² (N − 1)) (|Σ_i g_i|² − Σ_i |g_i|²): drawing
+  and ``pair = total − intensity = −(N − k)/(k N² (N − 1)) (|Σ_i g_i|² − Σ_i |g_i|²)``: drawing
   without replacement makes p_ij < p_i p_j for every pair, which lowers the variance when the
   gradients agree on average. No bias.
 
@@ -330,10 +330,10 @@ def variance_split(gradients: Any, batches: Mapping[str, Any], *,
   Estimators (M draws per sampler, assumed independent, e.g. consecutive steps of one pipeline):
 
   * total: the sample variance of the M batch means (summed over dimensions, M − 1 denominator);
-  * intensity: (1/k²) Σ_i |g_i|² c_i (M − c_i)/(M (M − 1)) with c_i the draws containing i, the
+  * intensity: ``(1/k²) Σ_i |g_i|² c_i (M − c_i)/(M (M − 1))`` with c_i the draws containing i, the
     unbiased estimate of p_i (1 − p_i) from the empirical inclusion frequencies;
   * pair: total − intensity, so intensity + pair == total exactly;
-  * bias²: |mean of the M batch means − ḡ|² − total/M.
+  * bias²: ``|mean of the M batch means − ḡ|² − total/M``.
 
   total, intensity, pair and bias² (before clipping at 0 for `bias`) are unbiased; standard
   errors are leave-one-batch-out jackknife. For a step-dependent
@@ -410,7 +410,7 @@ def pair_correlation(features: Any, batches: Any, r_bins: int | Sequence[float] 
     seed: seed of the reference subsample.
 
   Returns:
-    The histogram: bin edges, g, within-batch counts, reference fractions.
+    The histogram (bin edges, g, within-batch counts, reference fractions).
 
   Raises:
     TypeError: for non-numeric features, non-integer batches or bins count, a non-str reference.
@@ -658,7 +658,7 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
     x: `[N, ...]` inputs (also the sampling features).
     y: `[N]` integer labels (needed by the mingling-index samplers) or other targets.
     samplers: name -> a sampler, or a factory returning one (such as `tf_repulsive.VanillaPDS`).
-    batch_size: k.
+    batch_size: `k`.
     num_batches: M >= 3 draws per sampler (the standard errors scale as 1/sqrt(M)).
     seed: seed of the pipelines and of the sketch.
     start_step: first global step of the draws (for Anneal PDS: where in its schedule to look).
@@ -732,8 +732,8 @@ class RadiusSweepResult:
     reports: one per radius, increasing.
     uniform_exact: the closed-form variance of plain SGD (k of N uniformly).
     data_class_mix: `[C]` class shares of the data (None for non-integer labels).
-    num_examples: N.
-    batch_size: k.
+    num_examples: `N`.
+    batch_size: `k`.
   """
 
   reports: tuple[RadiusReport, ...]
@@ -784,7 +784,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
     x: `[N, ...]` inputs (also the sampling features, flattened).
     y: `[N]` labels; integer class ids give the class-mix columns (and are needed by the
       mingling-index samplers).
-    batch_size: k.
+    batch_size: `k`.
     sampler: `radius -> sampler` (a disk sampler class such as `tf_repulsive.VanillaPDS`, the
       default, or e.g. `lambda radius: tf_repulsive.AnnealPDS(radius=radius)`).
     scales: multiples of the calibrated radius to measure (> 0).

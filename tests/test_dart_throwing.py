@@ -130,3 +130,54 @@ def test_fallback_fill_is_uniform_over_the_points_not_yet_taken():
       assert filled >= 6 and len(set(row.tolist())) == 8
       counts += np.bincount(row, minlength=16)
   assert stats.chisquare(counts).pvalue > 1e-3
+
+
+def _far_apart_plan(num_points, max_darts=64):
+  """Radius 100 on a unit-scale grid: the first dart is the batch's only accepted point."""
+  return _plan(np.full(num_points, 100.0), max_darts)
+
+
+@pytest.mark.parametrize("fill_candidates", [None, 12])
+def test_fallback_fill_of_large_datasets_is_uniform_given_the_accepted_point(fill_candidates):
+  points = _grid(20)  # N = 400 > 8 k: the fill draws candidates
+  thrower = _dart_throwing.DartThrower(points, _far_apart_plan(400), 10)
+  assert thrower._fill_candidates is not None
+  if fill_candidates is not None:
+    # Too few candidates for the 9 points needed: most draws fill by scores instead.
+    thrower._fill_candidates = fill_candidates
+    thrower._step_rows[fill_candidates] = tf.constant(
+        np.repeat(np.arange(thrower.steps_per_draw, dtype=np.int32)[:, None], fill_candidates, 1))
+  # The fill is uniform over the 399 points not taken: its offsets from the accepted point,
+  # modulo N, are uniform over 1 ... 399.
+  offsets = np.zeros(400)
+  for first_step in range(0, 800, thrower.steps_per_draw):
+    indices, fallback = thrower.draw(KEY, tf.constant(first_step, tf.int64))
+    for row, filled in zip(indices.numpy(), fallback.numpy()):
+      assert filled == 9 and len(set(row.tolist())) == 10
+      offsets += np.bincount((row[1:] - row[0]) % 400, minlength=400)
+  assert offsets[0] == 0
+  assert stats.chisquare(offsets[1:]).pvalue > 1e-3
+
+
+def _graphs(graph):
+  """`graph` and the graphs of every function it calls (loop bodies, branches), recursively."""
+  yield graph
+  for function in graph._functions.values():
+    yield from _graphs(function.graph)
+
+
+def test_per_step_work_of_a_filled_draw_does_not_grow_with_the_dataset():
+  num_points = 100_003  # a size no other dimension of the draw has
+  points = np.random.default_rng(0).normal(size=(num_points, 3)).astype(np.float32)
+  thrower = _dart_throwing.DartThrower(points, _far_apart_plan(num_points), 20)
+  indices, fallback = thrower.draw(KEY, tf.constant(0, tf.int64))
+  assert (fallback.numpy() == 19).all() and all(len(set(row)) == 20 for row in indices.numpy().tolist())
+  draw = tf.function(thrower.draw).get_concrete_function(tf.TensorSpec([2], tf.int64), tf.TensorSpec([], tf.int64))
+  # Inputs hold the dataset (features, norms), which loops pass through: it is read by gather
+  # only. The fill by scores is O(N), but runs only when the fill's candidates run short
+  # (probability below 1e-40).
+  passing_through = {"Placeholder", "While", "StatelessWhile", "If", "StatelessIf"}
+  sized_by_n = {(op.type, op.name) for graph in _graphs(draw.graph) for op in graph.get_operations()
+                if op.type not in passing_through and "fill_by_scores/" not in op.name
+                for output in op.outputs if num_points in (output.shape.as_list() or [])}
+  assert not sized_by_n

@@ -30,6 +30,8 @@ _CACHE_ROW_BLOCK = 1024
 _STEP_ROWS_PER_DRAW = 2048
 # Rows centred per numpy step: float64 work in blocks keeps the peak at one float32 copy.
 _CENTER_ROW_BLOCK = 16384
+# The fallback fill draws candidates when N > this * k, and scores every point (O(N) = O(k)) below.
+_FILL_BY_SCORES_UP_TO = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,9 +132,13 @@ class DartThrower(BatchDrawer):
     # Block size -> [size, size] bool, True where the column's dart comes before the row's.
     self._earlier = {size: tf.constant(np.tri(size, k=-1, dtype=bool))
                      for size in (self._first_block, self._block)}
+    # Uniform draws with replacement per step for the fallback fill, which are enough to find the
+    # k distinct new points it may need (see `_fill_uniformly`); None: fill by scores, O(N) but then
+    # N <= 8 k.
+    self._fill_candidates = 2 * batch_size + 64 if num_points > _FILL_BY_SCORES_UP_TO * batch_size else None
     # Width -> [S, width] int32 holding each entry's row (step) number, for scatters.
     self._step_rows = {width: tf.constant(np.repeat(np.arange(self.steps_per_draw, dtype=np.int32)[:, None], width, 1))
-                       for width in (self._first_block, self._block, batch_size)}
+                       for width in (self._first_block, self._block, batch_size, self._fill_candidates) if width}
     # One trace serves every draw outside the pipeline: the radius calibration's, at any radius scale
     # and dart budget, and the batcher's (`traced_draw`), at any key. It draws with a copy made
     # before this attribute exists: a function that referenced the thrower holding it would be a
@@ -368,23 +374,58 @@ class DartThrower(BatchDrawer):
   def _fill_uniformly(self, draw_key: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
     """Completes batches the darts could not fill with distinct points uniformly at random.
 
-    Deterministic in the key: per step, the points with the largest stateless uniform scores
-    among those not in the batch yet. O(N) per step, but only for draws whose dart budget ran
-    out. (TensorFlow's `index_shuffle` would be O(k), but in TF 2.21 it uses only the low 8 bits
-    of each seed word, so its permutations repeat every 256 steps.)
+    Deterministic in the key, and O(k log k) per step for N > 8 k: per step, the first distinct
+    points not in the batch yet among `_fill_candidates` uniform draws with replacement. (The next
+    new point of an i.i.d. uniform sequence is uniform over the points not seen, so the fill is a
+    uniform random sample without replacement of the points not taken.) If a step's candidates
+    run short (probability below 1e-40 for N > 8 k, by Hoeffding's bound), the draw fills by scores instead, which is
+    uniform too, so the law does not depend on which path ran.
     """
     fill_key = tf.random.experimental.stateless_fold_in(draw_key, 0)
-    scores = tf.random.stateless_uniform([self.steps_per_draw, self._num_points], fill_key)
-    occupied = tf.range(self._batch_size)[None, :] < count[:, None]
-    # Points already in the batch score -1 and sink below every fresh point.
-    taken = tf.where(occupied, accepted, self._num_points)
-    scores = tf.tensor_scatter_nd_update(
-        tf.concat([scores, tf.zeros([self.steps_per_draw, 1])], axis=1),
-        tf.stack([self._step_rows[self._batch_size], taken], axis=2),
-        tf.fill([self.steps_per_draw, self._batch_size], -1.0))[:, :self._num_points]
-    fresh = tf.math.top_k(scores, self._batch_size).indices
-    position = tf.maximum(tf.range(self._batch_size)[None, :] - count[:, None], 0)
-    return tf.where(occupied, accepted, tf.gather(fresh, position, batch_dims=1))
+    if self._fill_candidates is None:
+      return self._fill_by_scores(fill_key, accepted, count)
+    steps, width, k = self.steps_per_draw, self._fill_candidates, self._batch_size
+    candidates = tf.random.stateless_uniform([steps, width], tf.random.experimental.stateless_fold_in(fill_key, 1),
+                                             minval=0, maxval=self._num_points, dtype=tf.int32)
+    occupied = tf.range(k)[None, :] < count[:, None]
+    # Free slots hold N, which no candidate equals.
+    taken = tf.sort(tf.where(occupied, accepted, self._num_points), axis=1)
+    position = tf.minimum(tf.searchsorted(taken, candidates, side="left", out_type=tf.int32), k - 1)
+    in_batch = tf.equal(tf.gather(taken, position, batch_dims=1), candidates)
+    # A candidate's first occurrence: the first of its run once sorted stably by value.
+    order = tf.argsort(candidates, axis=1, stable=True)
+    ordered = tf.gather(candidates, order, batch_dims=1)
+    first_in_order = tf.concat([tf.ones([steps, 1], tf.bool), ordered[:, 1:] != ordered[:, :-1]], axis=1)
+    first = tf.scatter_nd(tf.stack([self._step_rows[width], order], axis=2), first_in_order, [steps, width])
+    fresh = tf.logical_and(first, tf.logical_not(in_batch))
+    rank = tf.cumsum(tf.cast(fresh, tf.int32), axis=1)
+    needed = k - count
+    chosen = tf.logical_and(fresh, rank <= needed[:, None])
+    slots = tf.where(chosen, count[:, None] + rank - 1, k)
+    spare = tf.concat([accepted, tf.zeros([steps, 1], tf.int32)], axis=1)
+    filled = tf.tensor_scatter_nd_update(spare, tf.stack([self._step_rows[width], slots], axis=2), candidates)[:, :k]
+    return tf.cond(tf.reduce_all(rank[:, -1] >= needed), lambda: filled,
+                   lambda: self._fill_by_scores(fill_key, accepted, count))
+
+  def _fill_by_scores(self, fill_key: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    """The fill as the points with the largest stateless uniform scores among those not taken: O(N).
+
+    (TensorFlow's `index_shuffle` would be O(k), but in TF 2.21 it uses only the low 8 bits of
+    each seed word, so its permutations repeat every 256 steps.)
+    """
+    # The name scope marks the draw's only O(N) work (for tests that look for per-step O(N) tensors).
+    with tf.name_scope("fill_by_scores"):
+      scores = tf.random.stateless_uniform([self.steps_per_draw, self._num_points], fill_key)
+      occupied = tf.range(self._batch_size)[None, :] < count[:, None]
+      # Points already in the batch score -1 and sink below every fresh point.
+      taken = tf.where(occupied, accepted, self._num_points)
+      scores = tf.tensor_scatter_nd_update(
+          tf.concat([scores, tf.zeros([self.steps_per_draw, 1])], axis=1),
+          tf.stack([self._step_rows[self._batch_size], taken], axis=2),
+          tf.fill([self.steps_per_draw, self._batch_size], -1.0))[:, :self._num_points]
+      fresh = tf.math.top_k(scores, self._batch_size).indices
+      position = tf.maximum(tf.range(self._batch_size)[None, :] - count[:, None], 0)
+      return tf.where(occupied, accepted, tf.gather(fresh, position, batch_dims=1))
 
 
 def _gram_per_step(row_x: tf.Tensor, col_x: tf.Tensor) -> tf.Tensor:

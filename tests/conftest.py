@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 from sklearn import datasets as sk_datasets
 
+import loopback
 import tf_repulsive
 
 # Four logical CPUs, for the MirroredStrategy tests; must be set before TensorFlow initialises.
@@ -93,3 +94,10 @@ def pytest_terminal_summary(terminalreporter):
   if properties is not None and properties.GENERATED:
     counts = ", ".join(f"{name}: {count}" for name, count in sorted(properties.GENERATED.items()))
     terminalreporter.write_line(f"property-based cases generated: {sum(properties.GENERATED.values())} ({counts})")
+
+
+@pytest.fixture(scope="session")
+def private_network():
+  """Skips unless servers can run in a private network namespace (loopback only; needs root)."""
+  if not loopback.available():
+    pytest.skip("needs `unshare --net` (root) so that the servers listen on loopback only")

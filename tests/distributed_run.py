@@ -75,7 +75,7 @@ def service(output):
   except tf.errors.InvalidArgumentError as error:
     results["unstarted_error"] = np.array(error.message)
   # Keras with the callback on a shipped callback-started stream: the callback cannot move the
-  # start on the workers; the workers' stream (or the callback, after the first batch) says so.
+  # start on the workers, and refuses it when fit begins, naming the fixed start.
   batcher = batcher_for(tf_repulsive.VanillaPDS(), start_step=None)
   callback = tf_repulsive.AnnealingCallback(batcher)
   shipped = dataset().apply(batcher).map(lambda x, y, index: (x, y)).apply(
@@ -85,8 +85,8 @@ def service(output):
   try:
     model.fit(shipped, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[callback])
     results["keras_error"] = np.array("")
-  except (RuntimeError, tf.errors.InvalidArgumentError) as error:
-    results["keras_error"] = np.array(str(error))
+  except (ValueError, RuntimeError, tf.errors.InvalidArgumentError) as error:
+    results["keras_error"] = np.array(f"{type(error).__name__}: {error}")
   np.savez(output, **results)
   for worker in workers:
     worker.stop()

@@ -241,3 +241,41 @@ def test_a_fixed_start_that_does_not_match_the_optimizer_is_refused(digits):
   with pytest.raises(ValueError, match="start_step=0 but the optimizer is at step 25"):
     model.fit(batches, epochs=1, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
               callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+
+
+def test_epoch_logs_sum_the_record_without_recomputing_draws(digits, monkeypatch):
+  # An epoch longer than the 4096 steps the pipeline records: the callback reads the record as
+  # training goes, so the epoch's end recomputes nothing, and the logs are the epoch's batches'.
+  features, labels = digits
+  # A radius at which the darts run out for about a third of the batches.
+  batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.EasyPDS(radius=2.8, max_darts=40), seed=3)
+  batches = tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
+  model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+  model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), steps_per_execution=50)
+  recomputed = []
+  draw_of = batcher._draw_of
+  monkeypatch.setattr(batcher, "_draw_of", lambda step: recomputed.append(step) or draw_of(step))
+  history = model.fit(batches, epochs=1, steps_per_epoch=4400, verbose=0,
+                      callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  assert recomputed == []
+  steps = range(4400)
+  mix = batcher.mingling_mixes(steps).mean(axis=0)  # the oldest steps are recomputed here
+  assert recomputed  # (the record did lose the first steps)
+  np.testing.assert_allclose([history.history[f"sampler_mingling_{m}"][0] for m in range(6)], mix, atol=1e-12)
+  filled = np.count_nonzero(batcher.fallback_counts(steps))
+  assert 0 < filled < 4400 and history.history["sampler_fallback_batches"] == [filled]
+
+
+def test_batches_drawn_out_of_sight_log_pi_only_and_say_so(digits):
+  # The stream fit trains on is another batcher's, drawn out of this batcher's sight (as on
+  # tf.data service workers): its logs cannot be read from a record, and are not recomputed.
+  features, labels = digits
+  pipelines = [_digits_batcher(digits, tf_repulsive.AnnealPDS(), start_step=0) for _ in range(2)]
+  (drawing, batches), (watched, _) = pipelines
+  model, _ = _model()
+  with pytest.warns(RuntimeWarning, match="100 of the 100 steps of epoch 0.*drawn out of this process's sight"):
+    history = model.fit(batches, epochs=1, steps_per_epoch=100, verbose=0,
+                        callbacks=[tf_repulsive.AnnealingCallback(watched)])
+  assert watched.stats().batches == 0 and drawing.stats().batches >= 100
+  assert "sampler_pi_mingling" in history.history and "sampler_pi_5" in history.history
+  assert not any(key.startswith("sampler_mingling") or key == "sampler_fallback_batches" for key in history.history)

@@ -18,6 +18,11 @@ from tf_repulsive import _dataset_graph
 from tf_repulsive import _keras_frames
 from tf_repulsive import _pipeline
 
+# Steps trained between two reads of the pipeline's record of the last 4096 steps drawn.
+_READ_RECORD_EVERY = 1024
+# Steps missing from one read of the record that are recomputed for the logs (a draw each); with
+# more missing, the stream ran elsewhere and the epoch's record is not logged.
+_RECOMPUTED_STEPS = 64
 
 class BatchStreamCallback(keras.callbacks.Callback):
   """Makes the batch of optimizer step n the draw of step n in `fit` (base of the package's callbacks).
@@ -92,7 +97,8 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "repulsive_batch gives an unbounded stream of batches: pass "
           "steps_per_epoch=batcher.steps_per_epoch (or any number of steps) to fit.")
     self._batcher.steps_per_epoch  # Raises now if the batcher was never applied to a dataset.
-    resolver = getattr(self.model.distribute_strategy, "cluster_resolver", None)
+    # Only the TensorFlow backend's models have a strategy (JAX and PyTorch distribute otherwise).
+    resolver = getattr(getattr(self.model, "distribute_strategy", None), "cluster_resolver", None)
     workers = resolver.cluster_spec().num_tasks("worker") if resolver is not None else 1
     if workers > 1 and not self._batcher.per_replica_slices:
       # TF's multi-worker rebatching expects each worker to read different data; given the same
@@ -105,7 +111,15 @@ class BatchStreamCallback(keras.callbacks.Callback):
     callbacks = _keras_frames.callback_list()
     self._fit_callbacks = [] if callbacks is None else list(callbacks.callbacks)
     self._check_log_names()
-    self._check_transformations(_keras_frames.fit_input())
+    fit_input = _keras_frames.fit_input()
+    if self._batcher.start_step is None and isinstance(fit_input, tf.data.Dataset) and \
+        _dataset_graph.read_from_service(fit_input):
+      raise ValueError(
+          "fit reads its batches from tf.data service workers, where this callback cannot start the "
+          "stream (the workers run their own copy of the batcher): build the batcher with "
+          "start_step=<the optimizer's step> (0 for a new model, int(model.optimizer.iterations) to "
+          "continue) before distributing its stream.")
+    self._check_transformations(fit_input)
     self._epochs_begun = 0
     self._streams_checked = self._batcher.stats().streams
     self._start_checked = False
@@ -240,6 +254,11 @@ class AnnealingCallback(BatchStreamCallback):
   `log_batches=True` every batch's logs get the summaries of that batch as well (for TensorBoard
   with `update_freq="batch"`).
 
+  The mingling mix and the fallback count come from what the stream records as it draws, read
+  every 1024 steps, so logging costs the same at any epoch length. A stream drawn in another
+  process (on tf.data service workers) records nothing here: its epochs log pi only, with a
+  warning, rather than recompute a draw per step.
+
   Args:
     batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
     log_batches: also log every batch's summaries.
@@ -269,12 +288,17 @@ class AnnealingCallback(BatchStreamCallback):
     if not isinstance(log_batches, bool):
       raise TypeError(f"`log_batches` must be True or False; got {log_batches!r}.")
     self._log_batches = log_batches
+    self._epoch_record: np.ndarray | None = None
+    self._read_to = 0
+    self._unseen_steps = 0
+    self._warned_unseen = False  # in this fit
     # Per TensorBoard callback of the fit: our writer into its "train" run, and whether it runs
     # before this callback (and so misses the summaries in the logs).
     self._tensorboards: list[tuple[tf.summary.SummaryWriter, bool]] = []
 
   def on_train_begin(self, logs=None):
     super().on_train_begin(logs)
+    self._warned_unseen = False
     self._close_writers()
     mine = self._fit_callbacks.index(self) if self in self._fit_callbacks else 0
     self._tensorboards = [
@@ -291,15 +315,52 @@ class AnnealingCallback(BatchStreamCallback):
       writer.close()
     self._tensorboards = []
 
+  def on_epoch_begin(self, epoch, logs=None):
+    super().on_epoch_begin(epoch, logs)
+    # The epoch's record so far: [batches the fill completed, points per mingling value ...], the
+    # first step not read yet, and the steps whose batches were drawn out of this process's sight.
+    self._epoch_record = None
+    self._read_to = self._epoch_start
+    self._unseen_steps = 0
+
   def on_train_batch_end(self, batch, logs=None):
     super().on_train_batch_end(batch, logs)
+    # The pipeline records the last 4096 steps drawn: reading it every 1024 steps trained keeps
+    # the epoch's logs a sum of what was recorded, whatever the epoch's length. (`batch` is the
+    # epoch's last batch trained, so no variable is read per batch.)
+    if self._epoch_start + batch + 1 - self._read_to >= _READ_RECORD_EVERY:
+      self._read_record(self._optimizer_step())
     if self._log_batches and logs is not None:
-      step = self._optimizer_step() - 1
-      logs.update(self._summaries(step, [step])[0])
+      trained_to = self._optimizer_step()
+      rows, found = self._batcher._recorded([trained_to - 1], recompute_at_most=0)  # pylint: disable=protected-access
+      record = np.concatenate([[np.count_nonzero(rows[0, 0])], rows[0, 1:]]) if found[0] else None
+      logs.update(self._summaries(trained_to - 1, record)[0])
+
+  def _read_record(self, end: int) -> None:
+    """Adds the record of the steps from `_read_to` to `end` to the epoch's."""
+    steps = np.arange(self._read_to, end, dtype=np.int64)
+    self._read_to = end
+    if not steps.size:
+      return
+    rows, found = self._batcher._recorded(steps, recompute_at_most=_RECOMPUTED_STEPS)  # pylint: disable=protected-access
+    self._unseen_steps += int(np.count_nonzero(~found))
+    rows = rows[found]
+    epoch_record = np.concatenate([[np.count_nonzero(rows[:, 0])], rows[:, 1:].sum(axis=0)])
+    self._epoch_record = epoch_record if self._epoch_record is None else self._epoch_record + epoch_record
 
   def on_epoch_end(self, epoch, logs=None):
     super().on_epoch_end(epoch, logs)
-    summaries, detail = self._summaries(self._optimizer_step() - 1, range(self._epoch_start, self._optimizer_step()))
+    end = self._optimizer_step()
+    self._read_record(end)
+    if self._unseen_steps and not self._warned_unseen:
+      self._warned_unseen = True
+      warnings.warn(
+          f"{self._unseen_steps} of the {end - self._epoch_start} steps of epoch {epoch} trained on batches "
+          "drawn out of this process's sight (on tf.data service workers, say): AnnealingCallback logs "
+          f"pi only, not {self._batcher.name}_mingling or {self._batcher.name}_fallback_batches. "
+          "batcher.mingling_mixes(steps) and batcher.fallback_counts(steps) recompute them, a draw per step.",
+          RuntimeWarning, stacklevel=2)
+    summaries, detail = self._summaries(end - 1, None if self._unseen_steps else self._epoch_record)
     if not self._fit_callbacks:
       # Called outside fit's callback list (a custom loop's own calls): the logs get everything.
       if logs is not None:
@@ -317,18 +378,21 @@ class AnnealingCallback(BatchStreamCallback):
           tf.summary.scalar(f"epoch_{key}", value, step=epoch)
       writer.flush()
 
-  def _summaries(self, last_step: int, steps) -> tuple[dict[str, float], dict[str, float]]:
-    """The summaries and the detail of `steps`, pi at `last_step`, as log keys."""
+  def _summaries(self, last_step: int, record: np.ndarray | None) -> tuple[dict[str, float], dict[str, float]]:
+    """The summaries and the detail as log keys: pi at `last_step`, and those of `record` if given.
+
+    `record`: the batches the fill completed, then the batch points per mingling value (none
+    without mingling values).
+    """
     batcher, name = self._batcher, self._batcher.name
-    steps = list(steps)
     summaries, detail = {}, {}
-    if steps:
-      summaries[f"{name}_fallback_batches"] = float(np.count_nonzero(batcher.fallback_counts(steps)))
-    mixes = batcher.mingling_mixes(steps) if steps else None
-    if mixes is not None:
-      mix = mixes.mean(axis=0)
-      summaries[f"{name}_mingling"] = _mean_mingling_index(mix)
-      detail.update({f"{name}_mingling_{m}": float(share) for m, share in enumerate(mix)})
+    if record is not None:
+      summaries[f"{name}_fallback_batches"] = float(record[0])
+      points = record[1:]
+      if points.sum() > 0:
+        mix = points / points.sum()
+        summaries[f"{name}_mingling"] = _mean_mingling_index(mix)
+        detail.update({f"{name}_mingling_{m}": float(share) for m, share in enumerate(mix)})
     pi = batcher.pi(last_step) if last_step >= 0 else None
     if pi is not None:
       summaries[f"{name}_pi_mingling"] = _mean_mingling_index(pi)

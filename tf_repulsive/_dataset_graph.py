@@ -61,6 +61,11 @@ def kind(dataset: tf.data.Dataset) -> str:
   return type(dataset).__name__.lstrip("_").replace("DatasetV2", "").replace("Dataset", "") or "Dataset"
 
 
+def read_from_service(dataset: tf.data.Dataset) -> bool:
+  """Whether `dataset` reads its elements from tf.data service (`distribute`) workers."""
+  return any(kind(node) == "DataService" for node in nodes(dataset))
+
+
 def upstream_batch_size(dataset: tf.data.Dataset) -> int | None:
   """The batch size when `dataset`'s elements are batches made upstream, else None.
 

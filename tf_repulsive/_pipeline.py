@@ -287,7 +287,7 @@ class RepulsiveBatcher:
     """
     if self._require_built().mingling is None:
       return None
-    counts = self._recorded(steps)[:, 1:].astype(np.float64)
+    counts = self._recorded(steps)[0][:, 1:].astype(np.float64)
     return counts / counts.sum(axis=1, keepdims=True)
 
   def fallback_counts(self, steps) -> np.ndarray:
@@ -296,19 +296,32 @@ class RepulsiveBatcher:
     Read from what the pipeline recorded as it drew those steps in this process; steps it did not
     draw here (or drew more than 4096 steps ago) are recomputed.
     """
-    return self._recorded(steps)[:, 0]
+    return self._recorded(steps)[0][:, 0]
 
-  def _recorded(self, steps) -> np.ndarray:
-    """Per step `[fallback points, mingling-value counts ...]`: the record, or recomputed."""
+  def _recorded(self, steps, recompute_at_most: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per step `[fallback points, mingling-value counts ...]` from the record, and which steps it has.
+
+    Steps the record lacks are recomputed (a draw each) when there are at most
+    `recompute_at_most` of them (None: any number); the second array is True for the steps the
+    rows hold.
+    """
     built = self._require_built()
-    steps = np.asarray([_check_step(step) for step in steps], dtype=np.int64).reshape(-1)
+    array = np.asarray(steps)
+    if array.ndim == 1 and np.issubdtype(array.dtype, np.integer) and (array >= 0).all():
+      steps = array.astype(np.int64)  # (a range, say: checked at once)
+    else:
+      steps = np.asarray([_check_step(step) for step in steps], dtype=np.int64).reshape(-1)
     rows = built.step_record.numpy()[steps % _RECORDED_STEPS]
-    for position in np.flatnonzero(rows[:, 0] != steps):
-      indices, fallback = self._draw_of(int(steps[position]))
-      rows[position, 1] = fallback
-      if built.mingling is not None:
-        rows[position, 2:] = np.bincount(built.mingling.values[indices], minlength=built.num_mingling_values)
-    return rows[:, 1:]
+    found = rows[:, 0] == steps
+    missing = np.flatnonzero(~found)
+    if recompute_at_most is None or missing.size <= recompute_at_most:
+      for position in missing:
+        indices, fallback = self._draw_of(int(steps[position]))
+        rows[position, 1] = fallback
+        if built.mingling is not None:
+          rows[position, 2:] = np.bincount(built.mingling.values[indices], minlength=built.num_mingling_values)
+      found[missing] = True
+    return rows[:, 1:], found
 
   def stats(self) -> SamplingStats:
     """Counters of the draws this pipeline made in this process."""

@@ -79,7 +79,23 @@ def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bo
       return element, vector
     return element, vector, _one_label(label[0])
 
-  chunks = _of_one_shape(selected.map(convert)).batch(_READ_CHUNK)
+  if feature_fn is None and label_fn is None and all(
+      spec.shape.is_fully_defined() for spec in tf.nest.flatten(dataset.element_spec)):
+    # The conventions only select components, which works on batches alike: batching first
+    # runs the per-element work of tf.data once per chunk (about 20x faster to read).
+    def convert_chunk(*components):
+      element, features, *label = select(*components)
+      # (Each element's size is static: a size of 0 cannot be inferred from -1.)
+      vector = tf.concat([tf.reshape(tf.cast(tensor, tf.float32),
+                                     [tf.shape(tensor)[0], tensor.shape[1:].num_elements()])
+                          for tensor in tf.nest.flatten(features)], 1)
+      if not needs_labels:
+        return element, vector
+      return element, vector, tf.reshape(tf.cast(label[0], tf.int64), [-1])  # one value per element
+
+    chunks = dataset.batch(_READ_CHUNK).map(convert_chunk)
+  else:
+    chunks = _of_one_shape(selected.map(convert)).batch(_READ_CHUNK)
   total = cardinality if cardinality >= 0 else None
   description = ("reading the dataset" if total is not None
                  else f"reading the dataset (size unknown; at most max_elements = {max_elements})")

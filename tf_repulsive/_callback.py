@@ -24,6 +24,7 @@ _READ_RECORD_EVERY = 1024
 # more missing, the stream ran elsewhere and the epoch's record is not logged.
 _RECOMPUTED_STEPS = 64
 
+
 class BatchStreamCallback(keras.callbacks.Callback):
   """Makes the batch of optimizer step n the draw of step n in `fit` (base of the package's callbacks).
 

@@ -42,5 +42,5 @@ def test_two_workers_train_as_one_process_on_the_draws(private_network, tmp_path
     optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
     losses.append(float(loss))
   np.testing.assert_allclose(results[0]["losses"], losses, rtol=1e-5)
-  np.testing.assert_allclose(results[0]["weights"], np.concatenate([np.ravel(w) for w in model.get_weights()]),
+  np.testing.assert_allclose(results[0]["weights"], train.flat_weights(model),
                              rtol=1e-5, atol=1e-6)

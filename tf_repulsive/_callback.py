@@ -334,8 +334,7 @@ class AnnealingCallback(BatchStreamCallback):
     if self._log_batches and logs is not None:
       trained_to = self._optimizer_step()
       rows, found = self._batcher._recorded([trained_to - 1], recompute_at_most=0)  # pylint: disable=protected-access
-      record = np.concatenate([[np.count_nonzero(rows[0, 0])], rows[0, 1:]]) if found[0] else None
-      logs.update(self._summaries(trained_to - 1, record)[0])
+      logs.update(self._summaries(trained_to - 1, _summed(rows) if found[0] else None)[0])
 
   def _read_record(self, end: int) -> None:
     """Adds the record of the steps from `_read_to` to `end` to the epoch's."""
@@ -345,8 +344,7 @@ class AnnealingCallback(BatchStreamCallback):
       return
     rows, found = self._batcher._recorded(steps, recompute_at_most=_RECOMPUTED_STEPS)  # pylint: disable=protected-access
     self._unseen_steps += int(np.count_nonzero(~found))
-    rows = rows[found]
-    epoch_record = np.concatenate([[np.count_nonzero(rows[:, 0])], rows[:, 1:].sum(axis=0)])
+    epoch_record = _summed(rows[found])
     self._epoch_record = epoch_record if self._epoch_record is None else self._epoch_record + epoch_record
 
   def on_epoch_end(self, epoch, logs=None):
@@ -399,6 +397,11 @@ class AnnealingCallback(BatchStreamCallback):
       summaries[f"{name}_pi_mingling"] = _mean_mingling_index(pi)
       detail.update({f"{name}_pi_{m}": float(p) for m, p in enumerate(pi)})
     return summaries, detail
+
+
+def _summed(rows: np.ndarray) -> np.ndarray:
+  """Per-step record rows `[fallback points, counts ...]` as one: the batches the fill completed, the counts."""
+  return np.concatenate([[np.count_nonzero(rows[:, 0])], rows[:, 1:].sum(axis=0)])
 
 
 def _mean_mingling_index(shares: np.ndarray) -> float:

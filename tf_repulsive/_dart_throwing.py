@@ -361,15 +361,20 @@ class DartThrower(BatchDrawer):
 
     _, taken = tf.while_loop(unsettled, settle, (undecided, tf.zeros_like(undecided)),
                              maximum_iterations=size)
-    # The sequential loop stops at k accepted points: keep the first k - count in dart order.
-    rank = tf.cumsum(tf.cast(taken, tf.int32), axis=1)
-    taken = tf.logical_and(taken, rank <= self._batch_size - count[:, None])
-    # Darts not taken are written to a spare slot past the end, which is then dropped.
-    slots = tf.where(taken, count[:, None] + rank - 1, self._batch_size)
+    # The sequential loop stops at k accepted points.
+    return self._append_first(accepted, count, darts, taken)
+
+  def _append_first(self, accepted: tf.Tensor, count: tf.Tensor, values: tf.Tensor,
+                    keep: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Appends to each step's `accepted` the first k - count `values` (`[S, width]`) that `keep` marks, in order."""
+    rank = tf.cumsum(tf.cast(keep, tf.int32), axis=1)
+    keep = tf.logical_and(keep, rank <= self._batch_size - count[:, None])
+    # Values not kept are written to a spare slot past the end, which is then dropped.
+    slots = tf.where(keep, count[:, None] + rank - 1, self._batch_size)
     spare = tf.concat([accepted, tf.zeros([self.steps_per_draw, 1], tf.int32)], axis=1)
     accepted = tf.tensor_scatter_nd_update(
-        spare, tf.stack([self._step_rows[size], slots], axis=2), darts)[:, :self._batch_size]
-    return accepted, count + tf.reduce_sum(tf.cast(taken, tf.int32), axis=1)
+        spare, tf.stack([self._step_rows[values.shape[1]], slots], axis=2), values)[:, :self._batch_size]
+    return accepted, count + tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
 
   def _fill_uniformly(self, draw_key: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
     """Completes batches the darts could not fill with distinct points uniformly at random.
@@ -378,8 +383,8 @@ class DartThrower(BatchDrawer):
     points not in the batch yet among `_fill_candidates` uniform draws with replacement. (The next
     new point of an i.i.d. uniform sequence is uniform over the points not seen, so the fill is a
     uniform random sample without replacement of the points not taken.) If a step's candidates
-    run short (probability below 1e-40 for N > 8 k, by Hoeffding's bound), the draw fills by scores instead, which is
-    uniform too, so the law does not depend on which path ran.
+    run short (probability below 1e-40 for N > 8 k, by Hoeffding's bound), the draw fills by
+    scores instead, which is uniform too, so the law does not depend on which path ran.
     """
     fill_key = tf.random.experimental.stateless_fold_in(draw_key, 0)
     if self._fill_candidates is None:
@@ -398,13 +403,8 @@ class DartThrower(BatchDrawer):
     first_in_order = tf.concat([tf.ones([steps, 1], tf.bool), ordered[:, 1:] != ordered[:, :-1]], axis=1)
     first = tf.scatter_nd(tf.stack([self._step_rows[width], order], axis=2), first_in_order, [steps, width])
     fresh = tf.logical_and(first, tf.logical_not(in_batch))
-    rank = tf.cumsum(tf.cast(fresh, tf.int32), axis=1)
-    needed = k - count
-    chosen = tf.logical_and(fresh, rank <= needed[:, None])
-    slots = tf.where(chosen, count[:, None] + rank - 1, k)
-    spare = tf.concat([accepted, tf.zeros([steps, 1], tf.int32)], axis=1)
-    filled = tf.tensor_scatter_nd_update(spare, tf.stack([self._step_rows[width], slots], axis=2), candidates)[:, :k]
-    return tf.cond(tf.reduce_all(rank[:, -1] >= needed), lambda: filled,
+    filled, filled_count = self._append_first(accepted, count, candidates, fresh)
+    return tf.cond(tf.reduce_all(filled_count == k), lambda: filled,
                    lambda: self._fill_by_scores(fill_key, accepted, count))
 
   def _fill_by_scores(self, fill_key: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor) -> tf.Tensor:

@@ -92,5 +92,9 @@ def train(config: Config, log: Callable[[str], None] = print) -> dict[str, np.nd
     losses.append(float(train_step(batches)))
     if step % max(1, config.steps // 10) == 0 or step == config.steps - 1:
       log(f"worker {config.task_index}: step {step}, loss {losses[-1]:.4f}")
-  return {"weights": np.concatenate([np.ravel(weights) for weights in model.get_weights()]),
-          "losses": np.array(losses)}
+  return {"weights": flat_weights(model), "losses": np.array(losses)}
+
+
+def flat_weights(model: keras.Model) -> np.ndarray:
+  """All of `model`'s weights as one vector."""
+  return np.concatenate([np.ravel(weights) for weights in model.get_weights()])

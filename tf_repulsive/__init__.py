@@ -12,12 +12,16 @@ from tf_repulsive._callback import ActiveBiasCallback
 from tf_repulsive._callback import AnnealingCallback
 from tf_repulsive._callback import BatchStreamCallback
 from tf_repulsive._contract import BatchDrawer
+from tf_repulsive._contract import ModelFeatures
 from tf_repulsive._contract import Sampler
 from tf_repulsive._contract import SamplingContext
 from tf_repulsive._epoch_shuffle import EpochShuffle
 from tf_repulsive._kdpp import FastKDPP
 from tf_repulsive._kdpp import KDPP
 from tf_repulsive._mingling import MinglingValues
+from tf_repulsive._model_features import EmbeddingFeatures
+from tf_repulsive._model_features import GradientFeatures
+from tf_repulsive._model_features import model_features
 from tf_repulsive._mingling import mingling_index
 from tf_repulsive._pipeline import RepulsiveBatcher
 from tf_repulsive._pipeline import SamplingStats
@@ -42,10 +46,13 @@ __all__ = (
     "BatchDrawer",
     "BatchStreamCallback",
     "DensePDS",
+    "EmbeddingFeatures",
     "EasyPDS",
     "EpochShuffle",
     "FastKDPP",
+    "GradientFeatures",
     "KDPP",
+    "ModelFeatures",
     "RepulsiveBatcher",
     "Sampler",
     "SamplingContext",
@@ -57,6 +64,7 @@ __all__ = (
     "diagnostics",
     "MinglingValues",
     "mingling_index",
+    "model_features",
     "paper_schedule",
     "repulsive_batch",
 )

@@ -1,15 +1,20 @@
-"""The sampler contract, in one place: a `Sampler` builds a `BatchDrawer` from a `SamplingContext`.
+"""The extension contracts, in one place.
 
-`build` runs once per dataset (one-time preparation, numpy allowed); the drawer's `draw` is traced
-into the pipeline and runs for every batch (TensorFlow ops, stateless randomness). The built-in
-samplers (`_samplers`, `_epoch_shuffle`, `_kdpp`, `_active_bias`) are written against this module
-only, as a user's own sampler is.
+A `Sampler` builds a `BatchDrawer` from a `SamplingContext`: `build` runs once per dataset
+(one-time preparation, numpy allowed); the drawer's `draw` is traced into the pipeline and runs
+for every batch (TensorFlow ops, stateless randomness). The built-in samplers (`_samplers`,
+`_epoch_shuffle`, `_kdpp`, `_active_bias`) are written against this module only, as a user's own
+sampler is.
+
+A `ModelFeatures` says where distances are measured when they are measured in the model's own
+space (`_model_features` holds the built-in ones): from the model as it is now, a function of a
+chunk of elements to their feature vectors.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
@@ -141,5 +146,48 @@ class Sampler:
 
     Returns:
       The drawer the pipeline calls for every batch.
+    """
+    raise NotImplementedError
+
+
+class ModelFeatures:
+  """Base of feature sources computed from a Keras model: the space the disks live in, from the model.
+
+  Input-space repulsion spreads a batch over the pixels; the mini-batch gradient's variance lives
+  in the model's space. A `ModelFeatures` maps elements to vectors computed by the model being
+  trained (its embedding, its per-example last-layer gradient, ...), for `model_features` and the
+  `features=` argument of the diagnostics. The built-in ones are `EmbeddingFeatures` and
+  `GradientFeatures`; a source of your own subclasses this and overrides `features_fn`.
+
+  Attributes:
+    needs_labels: whether `features_fn`'s function uses the labels (a class attribute).
+
+  Example (the logits as features):
+
+  >>> import keras, numpy as np, tf_repulsive
+  >>> class Logits(tf_repulsive.ModelFeatures):
+  ...   def features_fn(self, model):
+  ...     return lambda inputs, labels: model(inputs, training=False)
+  >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])
+  >>> tf_repulsive.model_features(Logits(), model, np.ones([10, 3], np.float32)).shape
+  (10, 4)
+  """
+
+  needs_labels: bool = False
+
+  def features_fn(self, model: Any) -> Callable[[Any, Any], Any]:
+    """A function of the model as it is now: (inputs, labels) of n elements -> `[n, d]` features.
+
+    Called once per computation of the features (and again after the model has changed); the
+    function it returns is called on consecutive chunks of the dataset, in inference mode. It
+    may be traced (keep it free of Python side effects per call) and must return the same d for
+    every chunk.
+
+    Args:
+      model: the Keras model, built.
+
+    Returns:
+      The function; `inputs` is a chunk of the model's inputs (an array, or the nested structure
+      the model takes), `labels` the chunk's `[n]` labels (None unless `needs_labels`).
     """
     raise NotImplementedError

@@ -118,7 +118,8 @@ class RepulsiveBatcher:
   `dataset.apply(batcher)` reads the dataset once and returns the stream of its batches: the batch
   of step n, n = s, s + 1, ..., is one draw of the sampler over the whole dataset, a pure function
   of (seed, n). The stream is unbounded; one epoch is `steps_per_epoch` = ceil(N / batch_size)
-  steps (pass it to `model.fit`). Where the stream starts (s):
+  steps: pass it to `model.fit`, whose epoch otherwise never ends (as for any unbounded dataset).
+  Where the stream starts (s):
 
   * `start_step=N`: at N, fixed;
   * `start_step=None` (default): where `AnnealingCallback(batcher)` says, the optimizer's step when

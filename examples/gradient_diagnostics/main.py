@@ -1,7 +1,7 @@
 r"""Theorem-1 diagnostics of the Deep-MNIST CNN: does each sampler reduce the gradient variance?
 
-The variance split of the mini-batch gradient per sampler, at initialisation and after
---train_steps Adam steps on uniform batches, and g(r) of the samplers' batches; see diagnose.py.
+The variance split of the mini-batch gradient per sampler at each of --checkpoint_steps (Adam
+steps on uniform batches; 0 is the initialisation), and g(r) of the samplers' batches; see diagnose.py.
 
   python -m examples.gradient_diagnostics.main --flagfile=configs/gradient_diagnostics.flags
 

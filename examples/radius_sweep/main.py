@@ -1,8 +1,8 @@
 r"""Which disk radius? `tf_repulsive.diagnostics.radius_sweep` on the Deep-MNIST CNN; see sweep.py.
 
 For radius="auto", --scales multiples of it and the default radius: the gradient-variance split
-against plain SGD, the batches' class mix and the fill rate, at initialisation and after
---train_steps Adam steps on uniform batches.
+against plain SGD, the batches' class mix and the fill rate, at each of --checkpoint_steps
+(Adam steps on uniform batches; 0 is the initialisation).
 
   python -m examples.radius_sweep.main --flagfile=configs/radius_sweep.flags
 

@@ -4,8 +4,8 @@ Calibrates `radius="auto"` (the largest radius at which the darts fill every bat
 then for each multiple `scales` of it and for the default radius (half the median distance) draws
 `num_batches` batches and reports: the variance of the mini-batch mean gradient against plain SGD
 with its Theorem-1 intensity / pair split and the bias, the batches' class mix against the data's,
-and the fill rate. Measured at initialisation and, with `train_steps`, again after that many Adam
-steps on uniform batches: minutes instead of a training run per radius.
+and the fill rate. Measured at each of `checkpoint_steps` (0: initialisation; else after that many
+Adam steps on uniform batches): minutes instead of a training run per radius.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # Sets up .venv, lints (ruff.toml), type-checks the package (mypy.ini), builds the API reference
 # (docs/, warnings as errors) and checks that it documents every public name, checks that a wheel
 # of the tree installs and imports in a fresh venv (scripts/check_wheel.sh), and runs the test
-# suite with the docstrings' examples (offline; about ten minutes on 2 cores).
+# suite with the docstrings' examples on two processes, a test module per process at a time (offline).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup_env.sh
@@ -12,4 +12,6 @@ cd "$(dirname "$0")/.."
 .venv/bin/python -m sphinx -W --keep-going -q -E -b html docs docs/_build/html
 .venv/bin/python scripts/check_api_docs.py docs/_build/html
 ./scripts/check_wheel.sh
-exec .venv/bin/python -m pytest -q "$@"
+# --dist loadfile: a module's tests share one process, so its module fixtures (servers, subprocess
+# runs) are set up once.
+exec .venv/bin/python -m pytest -q -n 2 --dist loadfile "$@"

@@ -1,5 +1,6 @@
 """Shared fixtures and helpers. The repository root's conftest.py quiets TensorFlow's logging first."""
 
+import collections
 import importlib
 import sys
 
@@ -88,12 +89,33 @@ def example_main(absl_flags):
     sys.modules.pop(module_name, None)
 
 
+# Cases the property-based tests generated, by property: this process's, and (under pytest-xdist)
+# those the worker processes reported when they finished.
+_GENERATED_ELSEWHERE: collections.Counter = collections.Counter()
+
+
+def _generated_here() -> dict[str, int]:
+  properties = sys.modules.get("test_properties")
+  return dict(properties.GENERATED) if properties is not None else {}
+
+
+def pytest_sessionfinish(session):
+  if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the counts to the controller
+    session.config.workeroutput["generated_cases"] = _generated_here()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+  del error
+  _GENERATED_ELSEWHERE.update(getattr(node, "workeroutput", {}).get("generated_cases", {}))
+
+
 def pytest_terminal_summary(terminalreporter):
   """How many cases the property-based tests generated (tests/test_properties.py)."""
-  properties = sys.modules.get("test_properties")
-  if properties is not None and properties.GENERATED:
-    counts = ", ".join(f"{name}: {count}" for name, count in sorted(properties.GENERATED.items()))
-    terminalreporter.write_line(f"property-based cases generated: {sum(properties.GENERATED.values())} ({counts})")
+  generated = _GENERATED_ELSEWHERE + collections.Counter(_generated_here())
+  if generated:
+    counts = ", ".join(f"{name}: {count}" for name, count in sorted(generated.items()))
+    terminalreporter.write_line(f"property-based cases generated: {sum(generated.values())} ({counts})")
 
 
 @pytest.fixture(scope="session")

@@ -19,10 +19,10 @@ from tf_repulsive._epoch_shuffle import EpochShuffle
 from tf_repulsive._kdpp import FastKDPP
 from tf_repulsive._kdpp import KDPP
 from tf_repulsive._mingling import MinglingValues
+from tf_repulsive._mingling import mingling_index
 from tf_repulsive._model_features import EmbeddingFeatures
 from tf_repulsive._model_features import GradientFeatures
 from tf_repulsive._model_features import model_features
-from tf_repulsive._mingling import mingling_index
 from tf_repulsive._pipeline import RepulsiveBatcher
 from tf_repulsive._pipeline import SamplingStats
 from tf_repulsive._pipeline import repulsive_batch
@@ -46,8 +46,8 @@ __all__ = (
     "BatchDrawer",
     "BatchStreamCallback",
     "DensePDS",
-    "EmbeddingFeatures",
     "EasyPDS",
+    "EmbeddingFeatures",
     "EpochShuffle",
     "FastKDPP",
     "GradientFeatures",

@@ -647,17 +647,16 @@ def _gradient_space(num_parameters: int, variables: str | Sequence[Any], sketch_
   return f"{which} ({num_parameters:,} parameters), {sketch}, training=False"
 
 
-def _sampling_data(model: keras.Model, x: Any, y: Any, features: SamplingFeatures,
-                   chunk_size: int | None) -> tuple[tf.data.Dataset, str]:
+def _sampling_data(model: keras.Model, x: Any, y: Any, features: SamplingFeatures) -> tuple[tf.data.Dataset, str]:
   """The dataset the samplers are built over (features first, labels second) and what the features are."""
   labels = np.asarray(y)
   if features is None:
     return tf.data.Dataset.from_tensor_slices((np.asarray(x), labels)), "inputs, flattened"
   if isinstance(features, _contract.ModelFeatures):
-    computed = _model_features.model_features(features, model, x, y, chunk_size=chunk_size or 512, verbose=False)
+    computed = _model_features.model_features(features, model, x, y, verbose=False)
     return (tf.data.Dataset.from_tensor_slices((computed, labels)),
             f"{features!r} of the model at these parameters ({computed.shape[1]} dims)")
-  if isinstance(features, (np.ndarray, tf.Tensor)) or hasattr(features, "__array__"):
+  if hasattr(features, "__array__"):  # numpy arrays, eager tensors
     given = np.asarray(features)
     if given.ndim != 2 or given.shape[0] != labels.shape[0] or given.dtype.kind not in "fiu":
       raise ValueError(f"`features` as an array must be numeric [N, d] with N = {labels.shape[0]}; got "
@@ -720,7 +719,7 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
       raise TypeError(
           f"`samplers[{name!r}]` must be a tf_repulsive sampler or a factory of one; got {entry!r}.")
     instances[str(name)] = sampler
-  data, sampling_space = _sampling_data(model, x, y, features, chunk_size)
+  data, sampling_space = _sampling_data(model, x, y, features)
   gradients = per_example_gradients(model, loss_fn, x, y, variables=variables, sketch_dim=sketch_dim,
                                     seed=seed, chunk_size=chunk_size)
   batches, radii = {}, {}
@@ -852,7 +851,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
   seed = _checks.integer(seed, "seed", 0)
   start_step = _checks.integer(start_step, "start_step", 0)
   labels = np.asarray(y)
-  data, sampling_space = _sampling_data(model, x, y, features, chunk_size)
+  data, sampling_space = _sampling_data(model, x, y, features)
 
   def built(radius):
     wrong = TypeError("`sampler` must make disk samplers from a radius (VanillaPDS, EasyPDS, DensePDS, "

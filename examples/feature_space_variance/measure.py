@@ -114,8 +114,11 @@ def measure(config: Config, workdir: str | pathlib.Path, log: Callable[[str], No
   return rows
 
 
-def _values(rows: list[dict], name: str, step: int, column: str = "total_ratio") -> np.ndarray:
-  return np.array([row[column] for row in rows if row["sampler"] == name and row["step"] == step], dtype=float)
+def _mean_and_se(rows: list[dict], name: str, step: int, column: str = "total_ratio") -> tuple[float, float]:
+  """The mean of `column` over the seeds of (name, step), and its standard error (NaN for one seed)."""
+  values = np.array([row[column] for row in rows if row["sampler"] == name and row["step"] == step], dtype=float)
+  se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else float("nan")
+  return float(values.mean()), float(se)
 
 
 def _plot(rows: list[dict], path: pathlib.Path) -> None:
@@ -124,9 +127,8 @@ def _plot(rows: list[dict], path: pathlib.Path) -> None:
   steps = sorted({row["step"] for row in rows})
   figure, axis = plt.subplots(figsize=(7, 4.5))
   for name in dict.fromkeys(row["sampler"] for row in rows):
-    ratios = [_values(rows, name, step) for step in steps]
-    errors = [r.std(ddof=1) / np.sqrt(len(r)) if len(r) > 1 else 0.0 for r in ratios]
-    axis.errorbar(steps, [r.mean() for r in ratios], yerr=errors, marker="o", capsize=3, label=name,
+    means, errors = zip(*(_mean_and_se(rows, name, step) for step in steps))
+    axis.errorbar(steps, means, yerr=np.nan_to_num(errors), marker="o", capsize=3, label=name,
                   linestyle="--" if "@" not in name else "-")
   axis.axhline(1.0, color="gray", lw=0.8)
   axis.set(xlabel="training step (Adam on uniform batches)", ylabel="tr Cov / plain SGD's",
@@ -161,8 +163,7 @@ def summary(rows: list[dict], config: Config, num_examples: int) -> str:
     for name in names:
       cells = []
       for step in steps:
-        values = _values(rows, name, step, column)
-        se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else float("nan")
-        cells.append(f"{values.mean():>10.3f} ± {se:<5.3f}")
+        mean, se = _mean_and_se(rows, name, step, column)
+        cells.append(f"{mean:>10.3f} ± {se:<5.3f}")
       lines.append(f"{name:<24}" + "".join(f"{cell:>18}" for cell in cells))
   return "\n".join(lines)

@@ -28,10 +28,8 @@ def _thrown_darts(thrower, step, pi=None):
   steps_per_draw = thrower.steps_per_draw
   draw_key = tf.random.experimental.stateless_fold_in(KEY, tf.constant(step // steps_per_draw, tf.int64))
   pi_cdf = None if pi is None else thrower._effective_cdf(tf.tile(pi[None], [steps_per_draw, 1]))
-  blocks = [thrower._darts(draw_key, 0, thrower._first_block, pi_cdf)]
-  blocks += [thrower._darts(draw_key, b, thrower._block, pi_cdf)
-             for b in range(1, thrower._later_blocks + 1)]
-  return np.concatenate([b.numpy()[step % steps_per_draw] for b in blocks])
+  darts = thrower._darts(thrower._dart_streams(draw_key), 0, thrower._plan.max_darts, pi_cdf)
+  return darts.numpy()[step % steps_per_draw]
 
 
 def _sequential(darts, points, radius, k):
@@ -82,6 +80,39 @@ def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value():
     indices, _ = _batch(thrower, step)
     expected = _sequential(_thrown_darts(thrower, step, pi), points, radius, 30)
     assert indices[:len(expected)].tolist() == expected
+
+
+@pytest.mark.parametrize("survivor_target", [4, 512])
+@pytest.mark.parametrize("cache_bytes", [0, 2**24])
+def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(monkeypatch, survivor_target,
+                                                                              cache_bytes):
+  # A survivor target of 4 cuts nearly every block short (its later darts are thrown again).
+  monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", survivor_target)
+  points = np.concatenate([_grid(12), _grid(12)])  # every location twice, under two indices
+  radius = np.full(len(points), 1.5)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 200), 20, cache_bytes)
+  traced_draw = thrower.traced_draw()
+  for step in range(0, 40, 3):
+    expected = _sequential(_thrown_darts(thrower, step), points, radius, 20)
+    indices, fallback = _batch(thrower, step)
+    assert indices[:len(expected)].tolist() == expected and fallback == 20 - len(expected)
+    traced, _ = traced_draw(KEY, tf.constant(step - step % thrower.steps_per_draw, tf.int64))
+    assert traced.numpy()[step % thrower.steps_per_draw].tolist() == indices.tolist()
+
+
+@pytest.mark.parametrize("pi", [None, [0.5, 0.5]])
+def test_darts_are_the_same_whatever_the_blocks(pi):
+  points = _grid(10)
+  mingling_values = None if pi is None else np.arange(100) % 2
+  thrower = _dart_throwing.DartThrower(points, _plan(np.full(100, 1.5), 400, mingling_values, pi), 7)
+  assert thrower.steps_per_draw == 16
+  pi_cdf = None if pi is None else thrower._effective_cdf(tf.constant([pi] * 16, tf.float64))
+  streams = thrower._dart_streams(tf.constant([3, 4], tf.int64))
+  darts = lambda start, size: thrower._darts(streams, tf.constant(start), tf.constant(size), pi_cdf).numpy()  # noqa: E731
+  whole = darts(0, 400)
+  np.testing.assert_array_equal(whole, np.concatenate([darts(0, 12), darts(12, 300), darts(312, 88)], axis=1))
+  # Different steps of the draw get different darts.
+  assert len({tuple(row) for row in whole.tolist()}) == 16
 
 
 def test_fallback_fills_distinct_points_when_the_radius_is_too_large():
@@ -145,8 +176,6 @@ def test_fallback_fill_of_large_datasets_is_uniform_given_the_accepted_point(fil
   if fill_candidates is not None:
     # Too few candidates for the 9 points needed: most draws fill by scores instead.
     thrower._fill_candidates = fill_candidates
-    thrower._step_rows[fill_candidates] = tf.constant(
-        np.repeat(np.arange(thrower.steps_per_draw, dtype=np.int32)[:, None], fill_candidates, 1))
   # The fill is uniform over the 399 points not taken: its offsets from the accepted point,
   # modulo N, are uniform over 1 ... 399.
   offsets = np.zeros(400)

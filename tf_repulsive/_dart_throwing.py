@@ -2,9 +2,11 @@
 
 The sequential algorithm (paper, section 4 and Algorithm 1) throws one dart at a time and accepts
 it unless it lies inside the disk of an accepted point. Here darts are thrown in blocks: a block
-is tested against the accepted set with one Gram matrix, conflicts inside the block are resolved
-with matrix ops in dart order, and the result is exactly what the sequential loop accepts from
-the same darts. Work per batch is O(darts * k * d), independent of the dataset size N.
+is tested against the accepted set with one Gram matrix, the darts that survive are compacted,
+conflicts among them are resolved with matrix ops in dart order, and the result is exactly what
+the sequential loop accepts from the same darts. Dart j of a step is fixed by (key, step, j)
+alone, so block sizes adapt to the acceptance rate without changing which darts are thrown. Work
+per batch is O(darts * accepted * d), independent of the dataset size N.
 """
 
 from __future__ import annotations
@@ -26,7 +28,19 @@ from tf_repulsive._contract import BatchDrawer
 MinglingPi = Callable[[tf.Tensor], tf.Tensor]
 
 _FLOAT32_EPS = float(np.finfo(np.float32).eps)
+_PHILOX = tf.random.Algorithm.PHILOX.value
 _CACHE_ROW_BLOCK = 1024
+# Blocks start at dart numbers divisible by this, so that every block's darts begin on a Philox
+# counter (4 int32 or 2 float64 draws each; see `_darts`).
+_DART_ALIGN = 4
+# Survivors of the test against the accepted set that one block settles per step, at most (the
+# settling works on their [S, m, m] conflict matrix): twice the number a block aims for.
+_MAX_SURVIVORS_OVER_TARGET = 2
+# The most survivors a block aims for per step; more would make the settling matrix quadratic in k.
+_MAX_SURVIVOR_TARGET = 512
+# Bound on the elements of a block's distance matrix against the accepted set and of its gathered
+# dart rows (S * darts * max(accepted, d + 2)).
+_BLOCK_CELLS = 2**22
 _STEP_ROWS_PER_DRAW = 2048
 # Rows centred per numpy step: float64 work in blocks keeps the peak at one float32 copy.
 _CENTER_ROW_BLOCK = 16384
@@ -102,11 +116,12 @@ class DartThrower(BatchDrawer):
     for rows in blocks:
       centered[rows] = (features[rows].astype(np.float64) - mean) * scale
     self._features = _arrays.to_tensor(centered)
-    # A rigorous bound on the float32 rounding error of |x|^2 + |y|^2 - 2 x.y is
-    # tolerance * (|x|^2 + |y|^2). Shrinking the squared norms by it makes pairs within that error
-    # of the disk boundary count as conflicts, so accepted pairs are at least the radius apart in
-    # exact arithmetic; the same point is always "closer than" a positive radius.
-    tolerance = (dim + 4) * _FLOAT32_EPS
+    # Squared distances are one float32 dot product of length d + 2, [x, |x|^2, 1] . [-2 y, 1, |y|^2]
+    # (`_as_rows`, `_as_columns`). A rigorous bound on its rounding error, with the norms rounded
+    # to float32, is tolerance * (|x|^2 + |y|^2). Shrinking the squared norms by it makes pairs within that
+    # error of the disk boundary count as conflicts, so accepted pairs are at least the radius
+    # apart in exact arithmetic; the same point is always "closer than" a positive radius.
+    tolerance = 2 * (dim + 4) * _FLOAT32_EPS
     self._shrunk_sq_norms = tf.constant(((1.0 - tolerance) * scale**2 * sq_norms).astype(np.float32))
     self._sq_distances = None
     if plan.point_radius is not None:
@@ -124,21 +139,15 @@ class DartThrower(BatchDrawer):
       self._points_by_value = tf.constant(order.astype(np.int32))
       self._value_counts = tf.constant(counts.astype(np.float64))
       self._value_offsets = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))
-    # The first block fills most of a batch when rejections are rare; smaller later blocks keep
-    # the Gram work close to what the accepted set needs.
-    self._first_block = min(math.ceil(1.25 * batch_size), plan.max_darts)
-    self._block = max(8, math.ceil(batch_size / 4))
-    self._later_blocks = self._later_blocks_within(plan.max_darts)
-    # Block size -> [size, size] bool, True where the column's dart comes before the row's.
-    self._earlier = {size: tf.constant(np.tri(size, k=-1, dtype=bool))
-                     for size in (self._first_block, self._block)}
+    # A block aims for enough survivors to fill what a step still needs (a quarter more, for the
+    # ones that block each other), up to `_MAX_SURVIVOR_TARGET`; it settles at most twice that.
+    self._survivor_target = _aligned(min(math.ceil(1.25 * batch_size), _MAX_SURVIVOR_TARGET))
+    self._max_survivors = _MAX_SURVIVORS_OVER_TARGET * self._survivor_target
+    self._max_block_rows = max(_DART_ALIGN, _BLOCK_CELLS // (self.steps_per_draw * (dim + 2)))
     # Uniform draws with replacement per step for the fallback fill, which are enough to find the
     # k distinct new points it may need (see `_fill_uniformly`); None: fill by scores, O(N) but then
     # N <= 8 k.
     self._fill_candidates = 2 * batch_size + 64 if num_points > _FILL_BY_SCORES_UP_TO * batch_size else None
-    # Width -> [S, width] int32 holding each entry's row (step) number, for scatters.
-    self._step_rows = {width: tf.constant(np.repeat(np.arange(self.steps_per_draw, dtype=np.int32)[:, None], width, 1))
-                       for width in (self._first_block, self._block, batch_size, self._fill_candidates) if width}
     # One trace serves every draw outside the pipeline: the radius calibration's, at any radius scale
     # and dart budget, and the batcher's (`traced_draw`), at any key. It draws with a copy made
     # before this attribute exists: a function that referenced the thrower holding it would be a
@@ -152,12 +161,12 @@ class DartThrower(BatchDrawer):
     """`[N * N]` shrunk squared distances (row-major), computed like the on-the-fly test."""
     num_points = self._num_points
     matrix = _arrays.empty((num_points, num_points), np.float32)
+    columns = _as_columns(self._features, self._shrunk_sq_norms)
     with _progress.bar("distance cache", num_points, verbose) as progress:
       for start in range(0, num_points, _CACHE_ROW_BLOCK):
-        rows = self._features[start:start + _CACHE_ROW_BLOCK]
-        gram = tf.matmul(rows, self._features, transpose_b=True)
-        row_norms = self._shrunk_sq_norms[start:start + _CACHE_ROW_BLOCK, None]
-        matrix[start:start + _CACHE_ROW_BLOCK] = (row_norms + self._shrunk_sq_norms[None, :] - 2.0 * gram).numpy()
+        rows = _as_rows(self._features[start:start + _CACHE_ROW_BLOCK],
+                        self._shrunk_sq_norms[start:start + _CACHE_ROW_BLOCK])
+        matrix[start:start + _CACHE_ROW_BLOCK] = tf.matmul(rows, columns, transpose_b=True).numpy()
         progress.update(rows.shape[0])
     return _arrays.to_tensor(matrix.reshape(-1))
 
@@ -178,17 +187,17 @@ class DartThrower(BatchDrawer):
     """
     _, _, filled = self._traced_draws(
         key, tf.constant(0, tf.int64), tf.constant(-(-steps // self.steps_per_draw), tf.int32),
-        tf.constant(radius_scale, tf.float32), tf.constant(self._later_blocks_within(max_darts), tf.int32))
+        tf.constant(radius_scale, tf.float32), tf.constant(max_darts, tf.int32))
     return int(filled)
 
   def traced_draw(self) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
     """`draw` through the calibration's trace, at this thrower's radius scale and dart budget."""
     radius_scale = tf.constant(self.radius_scale, tf.float32)
-    later_blocks = tf.constant(self._later_blocks, tf.int32)
+    max_darts = tf.constant(self._plan.max_darts, tf.int32)
     one = tf.constant(1, tf.int32)
 
     def draw(key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-      indices, fallback, _ = self._traced_draws(key, first_step, one, radius_scale, later_blocks)
+      indices, fallback, _ = self._traced_draws(key, first_step, one, radius_scale, max_darts)
       return indices, fallback
 
     return draw
@@ -209,14 +218,10 @@ class DartThrower(BatchDrawer):
       order; `fallback`: `[steps_per_draw]` int32, how many of each step's the fallback fill
       supplied because the dart budget ran out.
     """
-    return self._draw(key, first_step, tf.constant(self.radius_scale, tf.float32), self._later_blocks)
-
-  def _later_blocks_within(self, max_darts: int) -> int:
-    """The dart blocks after the first that a budget of `max_darts` darts a batch allows."""
-    return max(0, math.ceil((max_darts - self._first_block) / self._block))
+    return self._draw(key, first_step, tf.constant(self.radius_scale, tf.float32), self._plan.max_darts)
 
   def _draws(self, key: tf.Tensor, first_step: tf.Tensor, num_draws: tf.Tensor, radius_scale: tf.Tensor,
-             later_blocks: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+             max_darts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """`num_draws` consecutive draws from `first_step` on, up to the first that needs the fill.
 
     Returns the last draw's indices and fallback counts, and how many draws needed the fill.
@@ -230,7 +235,7 @@ class DartThrower(BatchDrawer):
     def next_draw(draw, indices, fallback, filled):
       del indices, fallback
       indices, fallback = self._draw(key, first_step + tf.cast(draw, tf.int64) * steps_per_draw, radius_scale,
-                                     later_blocks)
+                                     max_darts)
       return draw + 1, indices, fallback, filled + tf.cast(tf.reduce_any(fallback > 0), tf.int32)
 
     start = (tf.constant(0), tf.zeros([steps_per_draw, self._batch_size], tf.int32),
@@ -239,7 +244,7 @@ class DartThrower(BatchDrawer):
     return indices, fallback, filled
 
   def _draw(self, key: tf.Tensor, first_step: tf.Tensor, radius_scale: tf.Tensor,
-            later_blocks: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            max_darts: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     draw_key = tf.random.experimental.stateless_fold_in(key, first_step // self.steps_per_draw)
     pi_cdf = None
     if self._plan.pi is not None:
@@ -248,28 +253,46 @@ class DartThrower(BatchDrawer):
       # (`identity`: the loop's outputs must be its own ops, also for a constant pi.)
       pi_cdf = self._effective_cdf(tf.vectorized_map(
           lambda step: tf.identity(self.pi(step)), first_step + tf.range(self.steps_per_draw, dtype=tf.int64)))
-    accepted = tf.zeros([self.steps_per_draw, self._batch_size], tf.int32)
-    count = tf.zeros([self.steps_per_draw], tf.int32)
-    darts = self._darts(draw_key, 0, self._first_block, pi_cdf)
-    accepted, count = self._accept(darts, accepted, count, radius_scale, against_accepted=False)
+    streams = self._dart_streams(draw_key)
+    max_darts = tf.convert_to_tensor(max_darts, tf.int32)
+    k = self._batch_size
 
-    def keep_throwing(block, accepted, count):
-      del accepted
-      return tf.logical_and(tf.reduce_any(count < self._batch_size), block <= later_blocks)
+    def keep_throwing(thrown, block, accepted, count):
+      del block, accepted
+      return tf.logical_and(tf.reduce_any(count < k), thrown < max_darts)
 
-    def throw_block(block, accepted, count):
-      darts = self._darts(draw_key, block, self._block, pi_cdf)
-      accepted, count = self._accept(darts, accepted, count, radius_scale, against_accepted=True)
-      return block + 1, accepted, count
+    def throw_block(thrown, block, accepted, count):
+      darts = self._darts(streams, thrown, tf.minimum(block, max_darts - thrown), pi_cdf)
+      accepted, count, settled, survival = self._accept(darts, accepted, count, radius_scale)
+      return thrown + settled, self._next_block(survival, count), accepted, count
 
-    _, accepted, count = tf.while_loop(
-        keep_throwing, throw_block, (tf.constant(1), accepted, count),
-        maximum_iterations=later_blocks)
+    # Every block settles at least one dart, so at most `max_darts` blocks run.
+    start = (tf.constant(0), tf.constant(self._survivor_target),
+             tf.zeros([self.steps_per_draw, k], tf.int32), tf.zeros([self.steps_per_draw], tf.int32))
+    _, _, accepted, count = tf.while_loop(keep_throwing, throw_block, start, maximum_iterations=max_darts)
     indices = tf.cond(
-        tf.reduce_any(count < self._batch_size),
+        tf.reduce_any(count < k),
         lambda: self._fill_uniformly(draw_key, accepted, count),
         lambda: accepted)
-    return indices, self._batch_size - count
+    return indices, k - count
+
+  def _next_block(self, survival: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    """Darts per step of the next block: enough for the survivors a step still needs at the last block's survival rate.
+
+    While rejections are rare a block is about what the batch still needs; near the packing limit
+    (few survivors) blocks grow to the memory bound, so a batch the disks cannot fill throws its
+    budget in a few blocks instead of hundreds.
+    """
+    need = self._batch_size - tf.reduce_min(count)
+    target = tf.clip_by_value(tf.cast(tf.math.ceil(1.25 * tf.cast(need, tf.float32)), tf.int32),
+                              _DART_ALIGN, self._survivor_target)
+    # Rows of the next block's distance matrix against the accepted set stay within the bound.
+    max_rows = tf.minimum(self._max_block_rows,
+                          _BLOCK_CELLS // (self.steps_per_draw * tf.maximum(tf.reduce_max(count), 1)))
+    max_rows = tf.maximum(max_rows // _DART_ALIGN * _DART_ALIGN, _DART_ALIGN)
+    rows = tf.cast(target, tf.float32) / tf.maximum(survival, 1.0 / tf.cast(max_rows, tf.float32))
+    rows = tf.cast(tf.minimum(tf.math.ceil(rows / _DART_ALIGN) * _DART_ALIGN, tf.cast(max_rows, tf.float32)), tf.int32)
+    return tf.maximum(rows, _DART_ALIGN)
 
   def _effective_cdf(self, pi: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """pi (`[S, K + 1]`) over the mingling values that occur in the data, as a CDF per step.
@@ -288,65 +311,132 @@ class DartThrower(BatchDrawer):
     last = tf.shape(pi, out_type=tf.int32)[-1] - 1 - last_from_the_end
     return cdf, last
 
-  def _darts(self, draw_key: tf.Tensor, block: int | tf.Tensor, size: int,
+  def _dart_streams(self, draw_key: tf.Tensor) -> list[tuple[tf.Tensor, tf.Tensor]]:
+    """Philox (key, counter) of the draw's dart streams: the points, or (darts by mingling value) values and members."""
+    return [tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.random.experimental.stateless_fold_in(draw_key, stream))
+            for stream in range(1, 2 if self._plan.pi is None else 3)]
+
+  def _darts(self, streams: list[tuple[tf.Tensor, tf.Tensor]], start: tf.Tensor, size: tf.Tensor,
              pi_cdf: tuple[tf.Tensor, tf.Tensor] | None) -> tf.Tensor:
-    """`[steps_per_draw, size]` darts of dart block `block`, one row per step."""
-    block_key = tf.random.experimental.stateless_fold_in(draw_key, tf.cast(block, tf.int64) + 1)
-    shape = [self.steps_per_draw, size]
+    """`[S, size]` darts `start` ... `start + size - 1` of every step of the draw (`start` divisible by 4).
+
+    Dart j of the draw's step s is element j * S + s of each stream: one Philox counter gives 4
+    int32 or 2 float64 draws, so a block's draws begin at counter start * S / 4 (or / 2) and the
+    darts do not depend on how the budget is cut into blocks.
+    """
+    steps = self.steps_per_draw
+
+    def draws(stream, dtype, **bounds):
+      key, counter = streams[stream]
+      per_counter = 4 if dtype == tf.int32 else 2
+      offset = tf.stack([tf.cast(start * steps // per_counter, tf.uint64), tf.constant(0, tf.uint64)])
+      shape = tf.reshape(size * steps, [1])
+      if dtype == tf.int32:
+        flat = tf.raw_ops.StatelessRandomUniformIntV2(shape=shape, key=key, counter=counter + offset, alg=_PHILOX,
+                                                      **bounds)
+      else:
+        flat = tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=counter + offset, alg=_PHILOX,
+                                                   dtype=dtype)
+      return tf.transpose(tf.reshape(flat, [size, steps]))
+
     if pi_cdf is None:
-      return tf.random.stateless_uniform(shape, block_key, minval=0, maxval=self._num_points, dtype=tf.int32)
-    value_key = tf.random.experimental.stateless_fold_in(block_key, 0)
-    member_key = tf.random.experimental.stateless_fold_in(block_key, 1)
+      return draws(0, tf.int32, minval=tf.constant(0), maxval=tf.constant(self._num_points))
     # Inverse-CDF sampling of the mingling value, elementwise from the key. (Not
     # `stateless_categorical`: its CPU kernel gives each shard of rows a differently offset random
     # stream, so its draws depend on how many threads run it; the stream and `batch_indices` ran
     # it with different thread pools and disagreed from k = 128 on.)
     cdf, last = pi_cdf
-    uniform_value = tf.random.stateless_uniform(shape, value_key, dtype=tf.float64)
-    value = tf.minimum(tf.searchsorted(cdf, uniform_value, side="right", out_type=tf.int32), last[:, None])
+    value = tf.minimum(tf.searchsorted(cdf, draws(0, tf.float64), side="right", out_type=tf.int32), last[:, None])
     counts = tf.gather(self._value_counts, value)
-    uniform = tf.random.stateless_uniform(shape, member_key, dtype=tf.float64)
-    member = tf.cast(tf.minimum(tf.floor(uniform * counts), counts - 1.0), tf.int32)
+    member = tf.cast(tf.minimum(tf.floor(draws(1, tf.float64) * counts), counts - 1.0), tf.int32)
     return tf.gather(self._points_by_value, tf.gather(self._value_offsets, value) + member)
+
+  def _sq_distances_between(self, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
+    """`[S, rows, cols]` shrunk squared distances per step."""
+    if self._sq_distances is None:
+      row_x = _as_rows(tf.gather(self._features, rows), tf.gather(self._shrunk_sq_norms, rows))
+      col_x = _as_columns(tf.gather(self._features, cols), tf.gather(self._shrunk_sq_norms, cols))
+      return _gram_per_step(row_x, col_x)
+    pairs = tf.cast(rows, tf.int64)[:, :, None] * self._num_points + tf.cast(cols, tf.int64)[:, None, :]
+    return tf.gather(self._sq_distances, pairs)
+
+  def _one_positive_radius(self, radius_scale: tf.Tensor) -> tf.Tensor | None:
+    """The squared radius when every point has the same one and it is known to be positive, else None.
+
+    A point is closer than any positive radius to itself (the shrunk norms make its squared
+    distance <= 0), so then a conflict is just a squared distance below it: no identity test.
+    """
+    if self._plan.point_radius is None or not self._uniform_radius:
+      return None
+    sq_radius = tf.square(self._uniform_radius * radius_scale)
+    return sq_radius if (tf.get_static_value(sq_radius) or 0.0) > 0.0 else None
 
   def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
     """`[S, rows, cols]` bool per step: same point, or closer than the smaller of the two radii."""
-    same = tf.equal(rows[:, :, None], cols[:, None, :])
+    same = lambda: tf.equal(rows[:, :, None], cols[:, None, :])  # noqa: E731
     if self._plan.point_radius is None or self._uniform_radius == 0.0:
-      return same
-    if self._sq_distances is None:
-      row_x = tf.gather(self._features, rows)
-      col_x = row_x if cols is rows else tf.gather(self._features, cols)
-      sq_dist = (tf.gather(self._shrunk_sq_norms, rows)[:, :, None]
-                 + tf.gather(self._shrunk_sq_norms, cols)[:, None, :]
-                 - 2.0 * _gram_per_step(row_x, col_x))
-    else:
-      pairs = tf.cast(rows, tf.int64)[:, :, None] * self._num_points + tf.cast(cols, tf.int64)[:, None, :]
-      sq_dist = tf.gather(self._sq_distances, pairs)
+      return same()
+    sq_radius = self._one_positive_radius(radius_scale)
+    if sq_radius is not None:
+      return self._sq_distances_between(rows, cols) < sq_radius
+    sq_dist = self._sq_distances_between(rows, cols)
     if self._uniform_radius is not None:
-      # Radius 0 (a scale of 0) has no disks: only the point itself conflicts.
       sq_radius = tf.square(self._uniform_radius * radius_scale)
-      return tf.logical_or(same, sq_dist < tf.where(sq_radius > 0.0, sq_radius, -np.inf))
+      return tf.logical_or(same(), sq_dist < tf.where(sq_radius > 0.0, sq_radius, -np.inf))
     # Per-point radii: radius 0 means no disk, so identity must be tested separately.
     sq_radius = tf.square(radius_scale * tf.minimum(tf.gather(self._point_radius, rows)[:, :, None],
                                                     tf.gather(self._point_radius, cols)[:, None, :]))
-    return tf.logical_or(same, tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius))
+    return tf.logical_or(same(), tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius))
+
+  def _survives(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
+    """`[S, darts]` bool: the darts that conflict with no accepted point of their step."""
+    width = tf.reduce_max(count)
+    columns = accepted[:, :width]
+    occupied = tf.range(width)[None, :] < count[:, None]
+    sq_radius = self._one_positive_radius(radius_scale)
+    if sq_radius is None:
+      hits = self._conflicts(darts, columns, radius_scale)
+      return tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[:, None, :]), axis=2))
+    # One pass over the distances instead of three (compare, mask, any): the largest share of a
+    # large batch's draw. (A minimum over no columns is +inf: nothing accepted blocks nothing.)
+    sq_dist = self._sq_distances_between(darts, columns)
+    if self.steps_per_draw > 1:
+      sq_dist = tf.where(occupied[:, None, :], sq_dist, np.inf)
+    return tf.reduce_min(sq_dist, axis=2) >= sq_radius
 
   def _accept(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor,
-              radius_scale: tf.Tensor, against_accepted: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """Adds to each step's `accepted` exactly the darts the sequential algorithm would accept."""
-    size = darts.shape[1]
-    if against_accepted:
-      occupied = tf.range(self._batch_size)[None, :] < count[:, None]
-      hits = self._conflicts(darts, accepted, radius_scale)
-      undecided = tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[:, None, :]), axis=2))
-    else:
-      undecided = tf.ones([self.steps_per_draw, size], tf.bool)
-    blocks = tf.logical_and(self._conflicts(darts, darts, radius_scale), self._earlier[size])
+              radius_scale: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Adds to each step's `accepted` exactly the darts the sequential algorithm would accept.
+
+    Returns the new `accepted` and `count`, how many of the block's darts were settled (the rest
+    are thrown again by the next block), and the largest fraction over steps of settled darts
+    that survived the test against the accepted set.
+    """
+    size = tf.shape(darts)[1]
+    survives = self._survives(darts, accepted, count, radius_scale)
+    # A step settles its darts up to its `_max_survivors`-th survivor; the block settles the darts
+    # before the first step's cut (rounded down to a block start), which every step settled.
+    rank = tf.cumsum(tf.cast(survives, tf.int32), axis=1)
+    beyond = tf.logical_and(survives, rank > self._max_survivors)
+    cut = tf.reduce_min(tf.where(tf.reduce_any(beyond, axis=1),
+                                 tf.argmax(tf.cast(beyond, tf.int32), axis=1, output_type=tf.int32), size))
+    settled = tf.where(cut < size, cut // _DART_ALIGN * _DART_ALIGN, size)
+    survivors = tf.logical_and(survives, tf.range(size)[None, :] < settled)
+    survivor_count = tf.reduce_sum(tf.cast(survivors, tf.int32), axis=1)
+    width = tf.reduce_max(survivor_count)
+    # The survivors, compacted in dart order (slot `width` collects the others and is dropped).
+    slots = tf.where(survivors, rank - 1, width)
+    compact = tf.tensor_scatter_nd_update(
+        tf.zeros([self.steps_per_draw, width + 1], tf.int32), tf.stack([_step_rows(slots), slots], axis=2),
+        darts)[:, :width]
+    valid = tf.range(width)[None, :] < survivor_count[:, None]
+    earlier = tf.range(width)[None, :] < tf.range(width)[:, None]
+    blocks = tf.logical_and(tf.logical_and(self._conflicts(compact, compact, radius_scale), earlier),
+                            valid[:, None, :])
 
     # A dart is accepted once no earlier dart that blocks it can still be accepted, and rejected
     # once an earlier blocking dart is accepted. Each round settles at least the first undecided
-    # dart of every step, so at most `size` rounds run; usually a handful.
+    # dart of every step, so at most `width` rounds run; usually a handful.
     def unsettled(undecided, taken):
       del taken
       return tf.reduce_any(undecided)
@@ -359,10 +449,11 @@ class DartThrower(BatchDrawer):
       undecided = tf.logical_and(tf.logical_and(undecided, blocked), tf.logical_not(beaten))
       return undecided, taken
 
-    _, taken = tf.while_loop(unsettled, settle, (undecided, tf.zeros_like(undecided)),
-                             maximum_iterations=size)
+    _, taken = tf.while_loop(unsettled, settle, (valid, tf.zeros_like(valid)), maximum_iterations=width)
+    survival = tf.cast(width, tf.float32) / tf.cast(settled, tf.float32)
     # The sequential loop stops at k accepted points.
-    return self._append_first(accepted, count, darts, taken)
+    accepted, count = self._append_first(accepted, count, compact, taken)
+    return accepted, count, settled, survival
 
   def _append_first(self, accepted: tf.Tensor, count: tf.Tensor, values: tf.Tensor,
                     keep: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -373,7 +464,7 @@ class DartThrower(BatchDrawer):
     slots = tf.where(keep, count[:, None] + rank - 1, self._batch_size)
     spare = tf.concat([accepted, tf.zeros([self.steps_per_draw, 1], tf.int32)], axis=1)
     accepted = tf.tensor_scatter_nd_update(
-        spare, tf.stack([self._step_rows[values.shape[1]], slots], axis=2), values)[:, :self._batch_size]
+        spare, tf.stack([_step_rows(slots), slots], axis=2), values)[:, :self._batch_size]
     return accepted, count + tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
 
   def _fill_uniformly(self, draw_key: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
@@ -401,7 +492,7 @@ class DartThrower(BatchDrawer):
     order = tf.argsort(candidates, axis=1, stable=True)
     ordered = tf.gather(candidates, order, batch_dims=1)
     first_in_order = tf.concat([tf.ones([steps, 1], tf.bool), ordered[:, 1:] != ordered[:, :-1]], axis=1)
-    first = tf.scatter_nd(tf.stack([self._step_rows[width], order], axis=2), first_in_order, [steps, width])
+    first = tf.scatter_nd(tf.stack([_step_rows(candidates), order], axis=2), first_in_order, [steps, width])
     fresh = tf.logical_and(first, tf.logical_not(in_batch))
     filled, filled_count = self._append_first(accepted, count, candidates, fresh)
     return tf.cond(tf.reduce_all(filled_count == k), lambda: filled,
@@ -421,11 +512,31 @@ class DartThrower(BatchDrawer):
       taken = tf.where(occupied, accepted, self._num_points)
       scores = tf.tensor_scatter_nd_update(
           tf.concat([scores, tf.zeros([self.steps_per_draw, 1])], axis=1),
-          tf.stack([self._step_rows[self._batch_size], taken], axis=2),
+          tf.stack([_step_rows(taken), taken], axis=2),
           tf.fill([self.steps_per_draw, self._batch_size], -1.0))[:, :self._num_points]
       fresh = tf.math.top_k(scores, self._batch_size).indices
       position = tf.maximum(tf.range(self._batch_size)[None, :] - count[:, None], 0)
       return tf.where(occupied, accepted, tf.gather(fresh, position, batch_dims=1))
+
+
+def _aligned(count: int) -> int:
+  """`count` rounded up to a block start."""
+  return -(-count // _DART_ALIGN) * _DART_ALIGN
+
+
+def _step_rows(like: tf.Tensor) -> tf.Tensor:
+  """`[S, width]` int32 holding each entry's row (step) number, for scatters into `[S, ...]`."""
+  return tf.broadcast_to(tf.range(tf.shape(like)[0])[:, None], tf.shape(like))
+
+
+def _as_rows(x: tf.Tensor, sq_norms: tf.Tensor) -> tf.Tensor:
+  """[x, |x|^2, 1]: its dot product with `_as_columns` of y is the squared distance |x - y|^2."""
+  return tf.concat([x, sq_norms[..., None], tf.ones_like(sq_norms)[..., None]], axis=-1)
+
+
+def _as_columns(y: tf.Tensor, sq_norms: tf.Tensor) -> tf.Tensor:
+  """[-2 y, 1, |y|^2] (see `_as_rows`)."""
+  return tf.concat([-2.0 * y, tf.ones_like(sq_norms)[..., None], sq_norms[..., None]], axis=-1)
 
 
 def _gram_per_step(row_x: tf.Tensor, col_x: tf.Tensor) -> tf.Tensor:

@@ -22,6 +22,8 @@ _EXHAUSTIVE_BUDGET = 2e11
 # Entries of one block of squared distances (64 MiB of float32), and candidates per block.
 _BLOCK_ENTRIES = 1 << 24
 _CANDIDATE_BLOCK = 65536
+# The exact search first takes about this many candidates per wanted neighbour, spread over the data.
+_BOUND_SAMPLE_PER_WANTED = 512
 # Rows whose candidates nearer than their kept ones are at most 1/_SPARSE_SHARE of a block gather
 # those instead of selecting among the whole block.
 _SPARSE_SHARE = 4
@@ -100,7 +102,8 @@ def _keep_nearest(best_distances: np.ndarray, best_ids: np.ndarray, rows, distan
   counts = np.count_nonzero(nearer, axis=1)
   widest = int(counts.max())
   if widest * _SPARSE_SHARE <= len(ids):
-    row_of, column = np.nonzero(nearer)
+    # (Flat indices: numpy's 2-D `nonzero` is about 10x slower than `flatnonzero`.)
+    row_of, column = np.divmod(np.flatnonzero(nearer), nearer.shape[1])
     position = np.arange(len(row_of)) - (np.cumsum(counts) - counts)[row_of]
     gathered_distances = np.full((len(changes), widest), np.inf, np.float32)
     gathered_ids = np.zeros((len(changes), widest), np.int64)
@@ -164,8 +167,16 @@ class _Search:
     candidate_step = min(len(candidates), _CANDIDATE_BLOCK)
     query_step = max(1, _BLOCK_ENTRIES // candidate_step)
     query_rows = [self.queries(queries[start:start + query_step]) for start in range(0, len(queries), query_step)]
-    for candidate_start in range(0, len(candidates), candidate_step):
-      ids = candidates[candidate_start:candidate_start + candidate_step]
+    # A spread-out sample of the candidates comes first: the bound it sets on every row's nearest
+    # lets `_keep_nearest` gather the few nearer candidates of the later blocks instead of
+    # selecting among all of them.
+    stride = max(1, len(candidates) // (_BOUND_SAMPLE_PER_WANTED * wanted))
+    sampled = np.zeros(len(candidates), bool)
+    sampled[::stride] = True
+    blocks = [candidates[sampled]] if stride > 1 else []
+    rest = candidates[~sampled] if stride > 1 else candidates
+    blocks += [rest[start:start + candidate_step] for start in range(0, len(rest), candidate_step)]
+    for ids in blocks:
       rows = self.candidates(ids)
       for block, start in enumerate(range(0, len(queries), query_step)):
         _keep_nearest(best_distances, best_ids, slice(start, start + query_step),

@@ -66,7 +66,8 @@ class DiskSampler(Sampler):
     thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
                                          verbose=context.verbose)
     if self.radius == _radius.AUTO:
-      scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.verbose)
+      scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.batch_size,
+                                         context.verbose)
       thrower = thrower.with_radius_scale(scale)
     thrower.radius = radius * thrower.radius_scale
     thrower.mingling = mingling

@@ -26,7 +26,7 @@ import tensorflow as tf  # noqa: E402
 
 import tf_repulsive  # noqa: E402
 from tf_repulsive import _radius  # noqa: E402
-from scripts.benchmark_throughput import mnist_like  # noqa: E402
+from scripts.benchmark_data import mnist_like  # noqa: E402
 
 
 def datasets(speech_dir):
@@ -71,7 +71,7 @@ def calibration_seconds(batcher, rounds=3):
   times = []
   for _ in range(rounds):
     start = time.perf_counter()
-    _radius.calibrated_scale(drawer.count_fills, drawer._plan.max_darts, verbose=False)
+    _radius.calibrated_scale(drawer.count_fills, drawer._plan.max_darts, drawer._batch_size, verbose=False)
     times.append(time.perf_counter() - start)
   return float(np.median(times))
 

@@ -46,7 +46,7 @@ def _clusters(num_points=50000, dim=64, classes=10, spread=0.35):
 
 
 def _mnist_like():
-  from scripts.benchmark_throughput import mnist_like  # pylint: disable=import-outside-toplevel
+  from scripts.benchmark_data import mnist_like  # pylint: disable=import-outside-toplevel
   return mnist_like()
 
 
@@ -98,7 +98,8 @@ def main(argv):
       seconds, batcher, stream = _build(x, y, k, sampler_name, radius)
       drawer = batcher.drawer
       calibration = (_median_seconds(lambda: _radius.calibrated_scale(
-          drawer.count_fills, drawer._plan.max_darts, verbose=False), 3) if radius == "auto" else None)
+          drawer.count_fills, drawer._plan.max_darts, drawer._batch_size, verbose=False), 3)
+          if radius == "auto" else None)
       mingling = (_median_seconds(lambda: _mingling.mingling_values(x, y.astype(np.int64), 5), 2)
                   if batcher.drawer.mingling is not None else None)
       # One batch per iterator: a peek, which the fixed start allows any number of times.

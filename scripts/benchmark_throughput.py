@@ -1,10 +1,14 @@
-"""Batches/s and time to a new iterator's first batch, against `shuffle(N).batch(k)` in the same run.
+"""Where the batch stream's time goes at k = 50, against `shuffle(N).batch(k)` in the same run.
 
-Data: 60000 x 784 float32 clusters and the digits' 1257 x 64 training split, k = 50. Batches/s are
-timed in a `tf.function` loop over a new iterator per round (shuffle + batch first in each round);
-the first batch of a new iterator is the median of `--starts` new iterators.
-  .venv/bin/python scripts/benchmark_throughput.py [--batches=3000] [--samplers=uniform,vanilla_pds,...]
-      [--disable_grappler] [--breakdown] [--start_breakdown]
+Batches/s of whole pipelines at every batch size: scripts/benchmark_batch_sizes.py.
+
+Default: at 60000 x 784 (the MNIST-sized clusters), per sampler, batches/s of the stream, of its
+draw plus the gather of the rows, and of the draw alone, each timed in a `tf.function` loop over a
+new iterator per round. `--start_breakdown`: on the digits' 1257 x 64 training split, the first
+batch of a new iterator of streams built like the batch stream from one piece of a draw at a time
+(a gather; a while loop; a loop in a loop; a cond; a sampler's draw), median of `--starts`.
+  PYTHONPATH=. .venv/bin/python scripts/benchmark_throughput.py [--batches=3000] [--samplers=uniform,vanilla_pds,...]
+      [--rounds=3] [--disable_grappler] [--start_breakdown]
 """
 
 import time
@@ -16,6 +20,7 @@ import tensorflow as tf
 from sklearn import datasets as sk_datasets
 
 import tf_repulsive
+from scripts.benchmark_data import mnist_like
 from tf_repulsive import _stream_ops  # the stream's own map, for --breakdown's partial streams
 
 _BATCHES = flags.DEFINE_integer("batches", 3000, "Batches timed per pipeline, after its first.")
@@ -23,13 +28,10 @@ _SAMPLERS = flags.DEFINE_list("samplers", "uniform,vanilla_pds,easy_pds,dense_pd
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds of timing.")
 _DISABLE_GRAPPLER = flags.DEFINE_bool(
     "disable_grappler", False, "Switch off Grappler process-wide, to see its share of a new iterator's start.")
-_BREAKDOWN = flags.DEFINE_bool(
-    "breakdown", False, "Instead of the table: at 60000 x 784, per sampler, batches/s of the stream, of its draw "
-    "plus the gather of the rows, and of the draw alone, against shuffle + batch.")
 _START_BREAKDOWN = flags.DEFINE_bool(
-    "start_breakdown", False, "Instead of the table: on the digits, the first batch of a new iterator of streams "
-    "built like the batch stream from one piece of a draw at a time (a gather; a while loop; a loop in a loop; a "
-    "cond; a sampler's draw), against shuffle + batch.")
+    "start_breakdown", False, "Instead of where a batch's time goes: on the digits, the first batch of a new "
+    "iterator of streams built like the batch stream from one piece of a draw at a time (a gather; a while loop; a "
+    "loop in a loop; a cond; a sampler's draw), against shuffle + batch.")
 _STARTS = flags.DEFINE_integer("starts", 7, "New iterators per pipeline for the first-batch median.")
 
 _BATCH_SIZE = 50
@@ -40,15 +42,6 @@ _SAMPLERS_BY_NAME = {
     "dense_pds": lambda: tf_repulsive.DensePDS(pi=[1.0] * 6),
     "anneal_pds": tf_repulsive.AnnealPDS,
 }
-
-
-def mnist_like(num_points=60000, dim=784, classes=10, seed=0):
-  """Ten overlapping clusters in [0, 1]^784 with their labels (the mingling values then vary)."""
-  rng = np.random.default_rng(seed)
-  labels = rng.integers(0, classes, num_points)
-  centres = rng.random((classes, dim), dtype=np.float32)
-  features = np.clip(centres[labels] + rng.normal(0.0, 0.35, (num_points, dim)).astype(np.float32), 0.0, 1.0)
-  return features, labels
 
 
 def batches_per_second(dataset, count, before_each=lambda: None):
@@ -166,49 +159,11 @@ def main(argv):
   del argv
   if _DISABLE_GRAPPLER.value:
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-  digits = sk_datasets.load_digits()
-  small = ((digits.data[:1257] / 16.0).astype(np.float32), digits.target[:1257])
   if _START_BREAKDOWN.value:
-    start_breakdown(*small)
+    digits = sk_datasets.load_digits()
+    start_breakdown((digits.data[:1257] / 16.0).astype(np.float32), digits.target[:1257])
     return
-  big = mnist_like()
-  if _BREAKDOWN.value:
-    breakdown(*big)
-    return
-  print(f"k = {_BATCH_SIZE}; batches/s over {_BATCHES.value} batches after the first, in {_ROUNDS.value} rounds "
-        "that each time shuffle + batch first (ratio: median over rounds of the round's ratio); first batch: "
-        f"median of {_STARTS.value} new iterators, with start_step=0 and started as AnnealingCallback does")
-  print("| data | pipeline | build (s) | S | batches/s (rounds) | ratio | first batch (ms) | ratio "
-        "| first batch, callback-started (ms) | ratio |")
-  print("|---|---|---|---|---|---|---|---|---|---|")
-  for data_name, (features, labels), names in (("60000 x 784", big, _SAMPLERS.value),
-                                               ("1257 x 64", small, _SAMPLERS.value[:2])):
-    baseline = shuffle_batch(features, labels)
-    # Callback-started, so that every round's new iterator may start at step 0 again.
-    pipelines = {name: repulsive(features, labels, name, start_step=None) for name in names}
-    rates = {name: [] for name in ["baseline", *names]}
-    for _ in range(_ROUNDS.value):
-      rates["baseline"].append(batches_per_second(baseline, _BATCHES.value))
-      for name, (dataset, _, batcher) in pipelines.items():
-        rates[name].append(batches_per_second(dataset, _BATCHES.value, lambda batcher=batcher: batcher.start_at(0)))
-    base_start = first_batch_ms(tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(
-        len(features)).batch(_BATCH_SIZE), _STARTS.value)
-    print(f"| {data_name} | shuffle(N).batch({_BATCH_SIZE}) | | | {_rounds(rates['baseline'])} | 1 | "
-          f"{base_start:.1f} | 1 | | |")
-    for name, (started_stream, build, started_batcher) in pipelines.items():
-      ratio = np.median(np.asarray(rates[name]) / np.asarray(rates["baseline"]))
-      # A fixed start (each new iterator reads one batch, so each may begin at the start again).
-      dataset, _, batcher = repulsive(features, labels, name)
-      start = first_batch_ms(dataset, _STARTS.value)
-      # What AnnealingCallback does for each stream: the stream reads its start in a scan.
-      started = first_batch_ms(started_stream, _STARTS.value, lambda: started_batcher.start_at(0))
-      print(f"| {data_name} | {name} | {build:.1f} | {batcher.drawer.steps_per_draw} | {_rounds(rates[name])} | "
-            f"{ratio:.2f} | {start:.1f} | {start / base_start:.2f} | {started:.1f} | {started / base_start:.2f} |",
-            flush=True)
-
-
-def _rounds(rates):
-  return ", ".join(f"{rate:.0f}" for rate in rates)
+  breakdown(*mnist_like())
 
 
 if __name__ == "__main__":

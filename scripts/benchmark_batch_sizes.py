@@ -1,0 +1,147 @@
+"""Batches/s at every batch size, steady state on one iterator per pipeline, against `shuffle(N).batch(k)`.
+
+  PYTHONPATH=. .venv/bin/python scripts/benchmark_batch_sizes.py [--data=gaussian,clusters] [--num_points=50000]
+      [--dim=64] [--batch_sizes=50,512,2048,4096] [--samplers=vanilla_pds,...] [--radius=auto]
+      [--seconds=2] [--rounds=3]
+
+Each pipeline gets one iterator, which reads 3 batches to warm up (for shuffle + batch that fills
+its shuffle buffer) and is then timed in rounds that alternate the pipelines (shuffle + batch
+first), each round reading batches for about `--seconds`: by a Python loop of `next(iterator)`
+(what `for x, y in dataset:` custom loops do) and by a `tf.function` loop of `get_next()` (what
+Keras' train step does). A ratio is the median over rounds of the round's ratio to shuffle + batch
+consumed the same way. Also per pipeline: its build, the points per batch the fallback fill
+supplied, and the first batch of a new iterator (median of 3, measured first, while no other
+iterator draws ahead beside it). Data: `--data` of `--num_points` x `--dim` float32 with 10 labels: `gaussian` (standard
+normal), `clusters` (10 well separated Gaussian clusters, one per label), `mnist_like` (10
+overlapping clusters in [0, 1]^d, as in benchmark_throughput.py) or `digits` (the bundled digits'
+1257 x 64 training split; `--num_points` and `--dim` do not apply).
+"""
+
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tf_repulsive  # noqa: E402
+from scripts.benchmark_data import dataset  # noqa: E402
+
+_DATA = flags.DEFINE_list("data", "gaussian,clusters", "Datasets: gaussian, clusters, mnist_like, digits.")
+_NUM_POINTS = flags.DEFINE_integer("num_points", 50000, "N.")
+_DIM = flags.DEFINE_integer("dim", 64, "d.")
+_BATCH_SIZES = flags.DEFINE_list("batch_sizes", "50,512,2048,4096", "Batch sizes k.")
+_SAMPLERS = flags.DEFINE_list("samplers", "vanilla_pds,easy_pds,dense_pds,anneal_pds", "Samplers to time.")
+_RADIUS = flags.DEFINE_enum("radius", "auto", ["auto", "default"],
+                            "The disk samplers' radius: \"auto\", or the paper's default (half the median distance).")
+_SECONDS = flags.DEFINE_float("seconds", 2.0, "Seconds of batches per pipeline, consumption style and round.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds.")
+_STARTS = flags.DEFINE_integer("starts", 3, "New iterators per pipeline for the first-batch median.")
+
+_SAMPLERS_BY_NAME = {
+    "uniform": lambda radius: tf_repulsive.Uniform(),
+    "vanilla_pds": lambda radius: tf_repulsive.VanillaPDS(**radius),
+    "easy_pds": lambda radius: tf_repulsive.EasyPDS(**radius),
+    "dense_pds": lambda radius: tf_repulsive.DensePDS(pi=[1.0] * 6, **radius),
+    "anneal_pds": lambda radius: tf_repulsive.AnnealPDS(**radius),
+}
+
+
+class Timed:
+  """One pipeline's single iterator, read by a Python loop or by a `tf.function` loop."""
+
+  def __init__(self, pipeline):
+    self.iterator = iter(pipeline)
+    for _ in range(3):
+      next(self.iterator)
+
+    @tf.function
+    def read(iterator, count):
+      def body(i):
+        with tf.control_dependencies(tf.nest.flatten(iterator.get_next())):
+          return i + 1
+      return tf.while_loop(lambda i: i < count, body, (tf.constant(0),))
+
+    self._read = read
+    self._read(self.iterator, tf.constant(1))  # traces
+    self.per_batch = {"python": self._seconds_per_batch("python", 3), "graph": self._seconds_per_batch("graph", 3)}
+
+  def _seconds_per_batch(self, style, count):
+    start = time.perf_counter()
+    if style == "python":
+      for _ in range(count):
+        next(self.iterator)
+    else:
+      self._read(self.iterator, tf.constant(count))
+    return (time.perf_counter() - start) / count
+
+  def rate(self, style, seconds):
+    count = max(3, int(seconds / self.per_batch[style]))
+    self.per_batch[style] = self._seconds_per_batch(style, count)
+    return 1.0 / self.per_batch[style]
+
+
+def first_batch_ms(pipeline, repeats, batcher):
+  times = []
+  for _ in range(repeats):
+    if batcher is not None:
+      batcher.start_at(0)  # as AnnealingCallback does before each new iterator
+    start = time.perf_counter()
+    next(iter(pipeline))
+    times.append(time.perf_counter() - start)
+  return 1000 * float(np.median(times))
+
+
+def main(argv):
+  del argv
+  radius = {"radius": "auto"} if _RADIUS.value == "auto" else {}
+  print(f"N = {_NUM_POINTS.value}, d = {_DIM.value} (digits: 1257 x 64), radius {_RADIUS.value}; steady state, "
+        "one iterator each, "
+        f"{_ROUNDS.value} rounds of ~{_SECONDS.value:g} s per pipeline and style; ratio: median of the rounds' "
+        "ratios to shuffle + batch read the same way; first batch: median of "
+        f"{_STARTS.value} new iterators")
+  print("| data | k | pipeline | build (s) | fill per batch | batches/s, Python loop | ratio "
+        "| batches/s, graph loop | ratio | first batch (ms) | ratio |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|")
+  for data_name in _DATA.value:
+    features, labels = dataset(data_name, _NUM_POINTS.value, _DIM.value)
+    for batch_size in map(int, _BATCH_SIZES.value):
+      source = tf.data.Dataset.from_tensor_slices((features, labels))
+      pipelines, builds, batchers = {}, {}, {}
+      pipelines["shuffle + batch"] = source.shuffle(len(features)).batch(batch_size).repeat()
+      for name in _SAMPLERS.value:
+        batcher = tf_repulsive.repulsive_batch(batch_size, _SAMPLERS_BY_NAME[name](radius), seed=0, start_step=None,
+                                               verbose=False)
+        start = time.perf_counter()
+        pipelines[name] = source.apply(batcher)
+        builds[name], batchers[name] = time.perf_counter() - start, batcher
+      # First: a new iterator's first batch, while no other iterator draws ahead beside it.
+      starts = {name: first_batch_ms(pipeline, _STARTS.value, batchers.get(name))
+                for name, pipeline in pipelines.items()}
+      for batcher in batchers.values():
+        batcher.start_at(0)
+      timed = {name: Timed(pipeline) for name, pipeline in pipelines.items()}
+      rates = {(name, style): [] for name in pipelines for style in ("python", "graph")}
+      for _ in range(_ROUNDS.value):
+        for style in ("python", "graph"):
+          for name, reader in timed.items():
+            rates[name, style].append(reader.rate(style, _SECONDS.value))
+      fills = {name: batcher.stats().fallback_points / max(1, batcher.stats().batches)
+               for name, batcher in batchers.items()}
+      for name in pipelines:
+        cells = []
+        for style in ("python", "graph"):
+          ratio = np.median(np.asarray(rates[name, style]) / np.asarray(rates["shuffle + batch", style]))
+          cells += [f"{np.median(rates[name, style]):.1f}", f"{ratio:.2f}"]
+        fill = f"{fills[name]:.0f}" if name in fills else ""
+        build = f"{builds[name]:.1f}" if name in builds else ""
+        print(f"| {data_name} | {batch_size} | {name} | {build} | {fill} | {' | '.join(cells)} | "
+              f"{starts[name]:.1f} | {starts[name] / starts['shuffle + batch']:.2f} |", flush=True)
+      del timed, pipelines
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -115,6 +115,34 @@ def test_darts_are_the_same_whatever_the_blocks(pi):
   assert len({tuple(row) for row in whole.tolist()}) == 16
 
 
+def test_darts_are_independent_and_uniform_over_the_points_and_follow_pi():
+  # The darts' law is what makes the blocks exact dart throwing: i.i.d. uniform points (a block
+  # whose Philox counters overlapped another's would repeat its darts), or for Dense/Anneal PDS a
+  # mingling value drawn from pi, then a uniform point with that value.
+  num_points = 100
+  pi = np.array([0.1, 0.2, 0.3, 0.4])
+  values = np.arange(num_points) % 4
+  for plan in (_plan(np.full(num_points, 1.5), 400), _plan(np.full(num_points, 1.5), 400, values, pi.tolist())):
+    thrower = _dart_throwing.DartThrower(_grid(10), plan, 7)
+    pi_cdf = None if plan.pi is None else thrower._effective_cdf(tf.constant([pi] * 16, tf.float64))
+    darts = np.concatenate([
+        thrower._darts(thrower._dart_streams(tf.constant([5, draw], tf.int64)), tf.constant(start), tf.constant(100),
+                       pi_cdf).numpy()
+        for draw in range(5) for start in range(0, 400, 100)])  # [20 * 16, 100]: 32000 darts
+    if plan.pi is None:
+      assert stats.chisquare(np.bincount(darts.ravel(), minlength=num_points)).pvalue > 1e-3
+      # Consecutive darts of a step are independent: their pairs are uniform over the 100^2 pairs.
+      pairs = darts[:, :-1] * num_points + darts[:, 1:]
+      assert stats.chisquare(np.bincount(pairs.ravel(), minlength=num_points**2)).pvalue > 1e-3
+    else:
+      counts = np.bincount(values[darts.ravel()], minlength=4)
+      assert stats.chisquare(counts, pi * counts.sum()).pvalue > 1e-3
+      # Within a value, uniform over its 25 points.
+      for value in range(4):
+        chosen = darts.ravel()[values[darts.ravel()] == value] // 4
+        assert stats.chisquare(np.bincount(chosen, minlength=25)).pvalue > 1e-3
+
+
 def test_fallback_fills_distinct_points_when_the_radius_is_too_large():
   points = _grid(10)
   # Radius 100 admits one point per batch: the rest comes from the fallback fill.

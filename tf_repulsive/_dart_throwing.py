@@ -41,6 +41,8 @@ _MAX_SURVIVOR_TARGET = 512
 # Bound on the elements of a block's distance matrix against the accepted set and of its gathered
 # dart rows (S * darts * max(accepted, d + 2)).
 _BLOCK_CELLS = 2**22
+# Squared distances as one product of augmented rows from k >= this * (d + 2) (see `__init__`).
+_ONE_PRODUCT_FROM_K_OVER_D = 3
 _STEP_ROWS_PER_DRAW = 2048
 # Rows centred per numpy step: float64 work in blocks keeps the peak at one float32 copy.
 _CENTER_ROW_BLOCK = 16384
@@ -116,13 +118,17 @@ class DartThrower(BatchDrawer):
     for rows in blocks:
       centered[rows] = (features[rows].astype(np.float64) - mean) * scale
     self._features = _arrays.to_tensor(centered)
-    # Squared distances are one float32 dot product of length d + 2, [x, |x|^2, 1] . [-2 y, 1, |y|^2]
-    # (`_as_rows`, `_as_columns`). A rigorous bound on its rounding error, with the norms rounded
-    # to float32, is tolerance * (|x|^2 + |y|^2). Shrinking the squared norms by it makes pairs within that
+    # Squared distances are |x|^2 + |y|^2 - 2 x.y, or one float32 dot product of length d + 2,
+    # [x, |x|^2, 1] . [-2 y, 1, |y|^2] (`_as_rows`, `_as_columns`). A rigorous bound on the rounding
+    # error of either, with the norms rounded to float32, is tolerance * (|x|^2 + |y|^2). Shrinking the squared norms by it makes pairs within that
     # error of the disk boundary count as conflicts, so accepted pairs are at least the radius
     # apart in exact arithmetic; the same point is always "closer than" a positive radius.
     tolerance = 2 * (dim + 4) * _FLOAT32_EPS
     self._shrunk_sq_norms = tf.constant(((1.0 - tolerance) * scale**2 * sq_norms).astype(np.float32))
+    # The augmented rows cost a copy of each block's gathered rows, O((darts + accepted) d); the
+    # norms added after the product cost passes over the matrix, O(darts * accepted): about
+    # 0.6 k^2 against 1.75 k d per block, so one product from k = 3 (d + 2) on.
+    self._one_product = batch_size >= _ONE_PRODUCT_FROM_K_OVER_D * (dim + 2)
     self._sq_distances = None
     if plan.point_radius is not None:
       radius = (plan.point_radius * scale).astype(np.float32)
@@ -354,9 +360,11 @@ class DartThrower(BatchDrawer):
   def _sq_distances_between(self, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
     """`[S, rows, cols]` shrunk squared distances per step."""
     if self._sq_distances is None:
-      row_x = _as_rows(tf.gather(self._features, rows), tf.gather(self._shrunk_sq_norms, rows))
-      col_x = _as_columns(tf.gather(self._features, cols), tf.gather(self._shrunk_sq_norms, cols))
-      return _gram_per_step(row_x, col_x)
+      row_x, col_x = tf.gather(self._features, rows), tf.gather(self._features, cols)
+      row_norms, col_norms = tf.gather(self._shrunk_sq_norms, rows), tf.gather(self._shrunk_sq_norms, cols)
+      if self._one_product:
+        return _gram_per_step(_as_rows(row_x, row_norms), _as_columns(col_x, col_norms))
+      return row_norms[:, :, None] + col_norms[:, None, :] - 2.0 * _gram_per_step(row_x, col_x)
     pairs = tf.cast(rows, tf.int64)[:, :, None] * self._num_points + tf.cast(cols, tf.int64)[:, None, :]
     return tf.gather(self._sq_distances, pairs)
 

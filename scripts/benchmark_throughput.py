@@ -98,7 +98,8 @@ def breakdown(features, labels):
         "| us per batch: draw, gather, rest |")
   print("|---|---|---|---|---|---|")
   for name in _SAMPLERS.value:
-    stream, _, batcher = repulsive(features, labels, name)
+    # Started as AnnealingCallback starts it, so that every round's new iterator may begin at step 0.
+    stream, _, batcher = repulsive(features, labels, name, start_step=None)
     drawer = batcher.drawer
     first_step = lambda draw: draw * drawer.steps_per_draw  # noqa: E731
     pipelines = {"baseline": baseline, "stream": stream,
@@ -107,7 +108,8 @@ def breakdown(features, labels):
     rates = {part: [] for part in pipelines}
     for _ in range(_ROUNDS.value):
       for part, dataset in pipelines.items():
-        rates[part].append(batches_per_second(dataset, _BATCHES.value))
+        rates[part].append(batches_per_second(dataset, _BATCHES.value,
+                                              (lambda: batcher.start_at(0)) if part == "stream" else lambda: None))
     rate = {part: float(np.median(values)) for part, values in rates.items()}
     draw_us = 1e6 / rate["draw alone"]
     gather_us = 1e6 / rate["draw + gather"] - draw_us

@@ -120,9 +120,10 @@ class DartThrower(BatchDrawer):
     self._features = _arrays.to_tensor(centered)
     # Squared distances are |x|^2 + |y|^2 - 2 x.y, or one float32 dot product of length d + 2,
     # [x, |x|^2, 1] . [-2 y, 1, |y|^2] (`_as_rows`, `_as_columns`). A rigorous bound on the rounding
-    # error of either, with the norms rounded to float32, is tolerance * (|x|^2 + |y|^2). Shrinking the squared norms by it makes pairs within that
-    # error of the disk boundary count as conflicts, so accepted pairs are at least the radius
-    # apart in exact arithmetic; the same point is always "closer than" a positive radius.
+    # error of either, with the norms rounded to float32, is tolerance * (|x|^2 + |y|^2).
+    # Shrinking the squared norms by it makes pairs within that error of the disk boundary count
+    # as conflicts, so accepted pairs are at least the radius apart in exact arithmetic; the same
+    # point is always "closer than" a positive radius.
     tolerance = 2 * (dim + 4) * _FLOAT32_EPS
     self._shrunk_sq_norms = tf.constant(((1.0 - tolerance) * scale**2 * sq_norms).astype(np.float32))
     # The augmented rows cost a copy of each block's gathered rows, O((darts + accepted) d); the

@@ -385,10 +385,10 @@ class DartThrower(BatchDrawer):
     same = lambda: tf.equal(rows[:, :, None], cols[:, None, :])  # noqa: E731
     if self._plan.point_radius is None or self._uniform_radius == 0.0:
       return same()
+    sq_dist = self._sq_distances_between(rows, cols)
     sq_radius = self._one_positive_radius(radius_scale)
     if sq_radius is not None:
-      return self._sq_distances_between(rows, cols) < sq_radius
-    sq_dist = self._sq_distances_between(rows, cols)
+      return sq_dist < sq_radius
     if self._uniform_radius is not None:
       sq_radius = tf.square(self._uniform_radius * radius_scale)
       return tf.logical_or(same(), sq_dist < tf.where(sq_radius > 0.0, sq_radius, -np.inf))

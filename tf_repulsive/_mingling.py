@@ -173,8 +173,8 @@ class _Search:
     stride = max(1, len(candidates) // (_BOUND_SAMPLE_PER_WANTED * wanted))
     sampled = np.zeros(len(candidates), bool)
     sampled[::stride] = True
-    blocks = [candidates[sampled]] if stride > 1 else []
-    rest = candidates[~sampled] if stride > 1 else candidates
+    rest = candidates[~sampled]
+    blocks = [candidates[sampled]]
     blocks += [rest[start:start + candidate_step] for start in range(0, len(rest), candidate_step)]
     for ids in blocks:
       rows = self.candidates(ids)

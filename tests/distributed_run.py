@@ -4,7 +4,7 @@ TF's tf.data service and collective servers listen on every interface; inside th
 127.0.0.1 alone. Each program writes what it received to a .npz for the test to check.
 
 * `python distributed_run.py service OUT.npz`: a dispatcher and two workers in this process;
-  streams distributed in both processing modes, plus the two refusals.
+  streams distributed in both processing modes, plus the two refusals; the servers end with it.
 * `python distributed_run.py multi_worker OUT_DIR`: starts two worker processes of a
   MultiWorkerMirroredStrategy (TF_CONFIG on 127.0.0.1) and waits for them.
 * `python distributed_run.py multi_worker_task INDEX OUT_DIR`: one of those workers.
@@ -55,8 +55,9 @@ def service(output):
   svc = tf.data.experimental.service
   dispatcher = svc.DispatchServer(svc.DispatcherConfig(port=0))
   address = dispatcher.target.split("://")[1]
-  workers = [svc.WorkerServer(svc.WorkerConfig(dispatcher_address=address, worker_address="127.0.0.1:%port%",
-                                               port=0)) for _ in range(2)]
+  # (Referenced until the process ends, which stops them.)
+  _workers = [svc.WorkerServer(svc.WorkerConfig(dispatcher_address=address, worker_address="127.0.0.1:%port%",
+                                                port=0)) for _ in range(2)]
   results = {}
   for sampler_name, sampler in (("vanilla_pds", tf_repulsive.VanillaPDS()), ("anneal_pds", tf_repulsive.AnnealPDS())):
     for mode in ("parallel_epochs", "distributed_epoch"):
@@ -88,9 +89,11 @@ def service(output):
   except (ValueError, RuntimeError, tf.errors.InvalidArgumentError) as error:
     results["keras_error"] = np.array(f"{type(error).__name__}: {error}")
   np.savez(output, **results)
-  for worker in workers:
-    worker.stop()
-  dispatcher.stop()
+  # The servers stop with the process, at once: an orderly stop of each (or their destructors, on
+  # return) waits 15-20 s for the workers' tasks on a machine whose cores are busy.
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(0)
 
 
 def multi_worker_task(index, output_dir):

@@ -3,7 +3,7 @@
 `python keras_resume_run.py crash|resume ORDER WORKDIR`, ORDER one of `callback_first`,
 `backup_first`, `no_callback`. One model trains on a zip of every sampler's stream (one
 `AnnealingCallback` each), so one fit checks them all: its train step fingerprints each sampler's
-batch. Writes WORKDIR/<phase>.json: {"consumed": [[optimizer step, [fingerprint per sampler]], ...]}
+batch (`no_callback`: one sampler, no callback). Writes WORKDIR/<phase>.json: {"consumed": [[optimizer step, [fingerprint per sampler]], ...]}
 and, when `fit` failed on the data, "error".
 """
 
@@ -71,7 +71,8 @@ class Crash(keras.callbacks.Callback):
 
 def train(phase, order, workdir):
   x, y = digits()
-  names = list(checkpoint_cases.SAMPLERS)
+  # Without the callbacks fit must fail at its first batch, whichever the sampler: one suffices.
+  names = ["vanilla_pds"] if order == "no_callback" else list(checkpoint_cases.SAMPLERS)
   batchers = [batcher_for(name) for name in names]
   streams = [tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher) for batcher in batchers]
   batches = tf.data.Dataset.zip(tuple(streams)).map(

@@ -44,7 +44,8 @@ def radius_setting(default: str = "default", help: str = _RADIUS_HELP) -> Any:
 
 
 def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = None,
-                 dense_pi: Sequence[float] | None = None) -> tf_repulsive.Sampler:
+                 dense_pi: Sequence[float] | None = None,
+                 target_gap_quantile: float | None = None) -> tf_repulsive.Sampler:
   """A new sampler instance for a --sampler name.
 
   Args:
@@ -52,6 +53,8 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = 
     neighbors: K of the mingling index (the paper's appendix uses 5).
     radius: disk radius; None for half the median pairwise distance, "auto" to calibrate it.
     dense_pi: pi of Dense PDS over the K + 1 mingling values; None for uniform.
+    target_gap_quantile: for the mingling samplers on regression targets, the quantile of the
+      neighbour gaps beyond which a neighbour's target differs; None for class labels.
 
   Returns:
     The sampler.
@@ -63,11 +66,13 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = 
       "uniform": tf_repulsive.Uniform,
       "epoch_shuffle": tf_repulsive.EpochShuffle,
       "vanilla_pds": lambda: tf_repulsive.VanillaPDS(radius=radius),
-      "easy_pds": lambda: tf_repulsive.EasyPDS(radius=radius, neighbors=neighbors),
+      "easy_pds": lambda: tf_repulsive.EasyPDS(radius=radius, neighbors=neighbors,
+                                               target_gap_quantile=target_gap_quantile),
       "dense_pds": lambda: tf_repulsive.DensePDS(
           dense_pi if dense_pi is not None else [1.0] * (neighbors + 1), radius=radius,
-          neighbors=neighbors),
-      "anneal_pds": lambda: tf_repulsive.AnnealPDS(radius=radius, neighbors=neighbors),
+          neighbors=neighbors, target_gap_quantile=target_gap_quantile),
+      "anneal_pds": lambda: tf_repulsive.AnnealPDS(radius=radius, neighbors=neighbors,
+                                                   target_gap_quantile=target_gap_quantile),
       "kdpp": tf_repulsive.KDPP,
       "fast_kdpp": tf_repulsive.FastKDPP,
       "active_bias": tf_repulsive.ActiveBias,

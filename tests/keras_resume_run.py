@@ -3,8 +3,8 @@
 `python keras_resume_run.py crash|resume ORDER WORKDIR`, ORDER one of `callback_first`,
 `backup_first`, `no_callback`. One model trains on a zip of every sampler's stream (one
 `AnnealingCallback` each), so one fit checks them all: its train step fingerprints each sampler's
-batch (`no_callback`: one sampler, no callback). Writes WORKDIR/<phase>.json: {"consumed": [[optimizer step, [fingerprint per sampler]], ...]}
-and, when `fit` failed on the data, "error".
+batch (`no_callback`: one sampler, no callback). Writes WORKDIR/<phase>.json: {"consumed":
+[[optimizer step, [fingerprint per sampler]], ...]} and, when `fit` failed on the data, "error".
 """
 
 import json

@@ -130,13 +130,38 @@ def test_smoke_flagfile_run_writes_figures_and_tables_and_beats_chance(example_m
   assert "| vanilla_pds |" in (tmp_path / "results.md").read_text()
 
 
-@pytest.mark.parametrize("name", ["synthetic", "synthetic_smoke"])
-def test_flagfiles_parse(example_main, name):
+def test_regression_run_trains_on_the_noisy_step_and_marks_the_step(example_main, tmp_path, monkeypatch):
+  drawn = []
+  original = synthetic.draw_batch
+
+  def recording(points, targets, sampler, batch_size, seed):
+    drawn.append((targets, sampler))
+    return original(points, targets, sampler, batch_size, seed)
+
+  monkeypatch.setattr(synthetic, "draw_batch", recording)
+  program = example_main("examples.synthetic.main", f"--flagfile={CONFIGS / 'synthetic_smoke.flags'}",
+                         "--samplers=uniform,easy_pds", "--repetitions=2", "--task=regression",
+                         f"--workdir={tmp_path}")
+  program.main(["main"])
+  targets, sampler = drawn[-1]
+  assert targets.dtype == np.float32 and 0.05 < np.std(targets - np.round(targets)) < 0.15
+  assert sampler.target_gap_quantile == 0.9 and sampler.label_kind == "target"
+  with (tmp_path / "repetitions.csv").open() as handle:
+    accuracies = np.array([float(row["accuracy"]) for row in csv.DictReader(handle)])
+  # The regression output thresholded at 0.5: a straight line gets about 0.84, chance 0.5.
+  assert np.all((accuracies > 0.7) & (accuracies <= 1.0))
+  assert "regression (noise 0.1" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["synthetic", "synthetic_smoke", "synthetic_regression"])
+def test_flagfiles_parse(example_main, name, monkeypatch):
+  monkeypatch.chdir(CONFIGS.parent)  # a flagfile names the one it extends from the repository root
   example_main("examples.synthetic.main", f"--flagfile={CONFIGS / name}.flags")
   config = settings.config_from_flags(synthetic.Config)
   assert config.samplers == common.SAMPLER_NAMES
   assert (config.batch_size, config.hidden_units, config.radius) == (30, 5, 0.2)
-  assert config.repetitions == (30 if name == "synthetic" else 3)
+  assert config.repetitions == (3 if name == "synthetic_smoke" else 30)
+  assert config.task == ("regression" if name == "synthetic_regression" else "classification")
   assert flags.FLAGS.workdir == f"runs/{name}"
 
 

@@ -1,3 +1,5 @@
+import hypothesis
+from hypothesis import strategies as st
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -138,3 +140,136 @@ def test_stats_report_the_agreement_of_mingling_values(digits):
   vanilla = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), seed=0, verbose=False)
   dataset.apply(vanilla)
   assert vanilla.stats().mingling_agreement is None
+
+
+# The regression analogue: a neighbour counts when its target is farther than a quantile of all gaps.
+
+def _brute_force_target_values(features, targets, neighbors, quantile):
+  """K times the regression mingling index with scikit-learn's exhaustive search, and the threshold."""
+  _, nearest = sk_neighbors.NearestNeighbors(n_neighbors=neighbors + 1).fit(features).kneighbors(features)
+  assert np.all(nearest[:, 0] == np.arange(len(features)))
+  gaps = np.abs(targets[nearest[:, 1:]] - targets[:, None])
+  threshold = np.quantile(gaps, quantile)
+  return (gaps > threshold).sum(axis=1), threshold, gaps
+
+
+def _noisy_step(num_points=3000, dim=2, seed=0):
+  """Points in [-1, 1]^dim whose target steps by 1 at x0 = 0, plus noise of scale 0.05."""
+  rng = np.random.default_rng(seed)
+  features = rng.uniform(-1, 1, (num_points, dim)).astype(np.float32)
+  targets = (features[:, 0] > 0).astype(np.float64) + 0.05 * rng.standard_normal(num_points)
+  return features, targets
+
+
+@hypothesis.settings(max_examples=20, deadline=None, derandomize=True, database=None)
+@hypothesis.given(num_points=st.integers(20, 400), neighbors=st.integers(1, 8), quantile=st.floats(0.05, 0.95),
+                  seed=st.integers(0, 2**16))
+def test_target_values_count_the_gaps_beyond_the_quantile(num_points, neighbors, quantile, seed):
+  features, targets = _noisy_step(num_points, dim=3, seed=seed)
+  result = _mingling.mingling_values(features, targets, neighbors, target_gap_quantile=quantile)
+  expected, threshold, gaps = _brute_force_target_values(features, targets, neighbors, quantile)
+  np.testing.assert_array_equal(result.values, expected)
+  assert result.target_gap == pytest.approx(threshold)
+  # A share 1 - q of the neighbour pairs count, up to one pair and the pairs tied at the threshold
+  # (mutual neighbours share a gap).
+  pairs = num_points * neighbors
+  assert result.values.sum() <= (1 - quantile) * pairs + 1
+  assert np.sum(gaps >= result.target_gap) >= (1 - quantile) * pairs - 1
+
+
+def test_target_values_are_high_beside_the_step_and_low_away_from_it():
+  features, targets = _noisy_step()
+  index = tf_repulsive.mingling_index(features, targets, 5, target_gap_quantile=0.9)
+  beside = np.abs(features[:, 0]) < 0.02
+  away = np.abs(features[:, 0]) > 0.2
+  # Away from the step the counted pairs are the noise's largest gaps (about 1 - q of all pairs).
+  assert index[beside].mean() > 0.3 and index[away].mean() < 0.12
+  assert index[beside].mean() > 3 * index[away].mean()
+
+
+def test_integer_targets_count_like_classes_when_the_threshold_is_zero(digits):
+  features, labels = digits
+  # Most neighbour pairs share the digit, so the 0.5 quantile of the gaps is 0: any other digit counts.
+  as_targets = _mingling.mingling_values(features, labels.astype(np.float64), 5, target_gap_quantile=0.5)
+  assert as_targets.target_gap == 0.0
+  np.testing.assert_array_equal(as_targets.values, _mingling.mingling_values(features, labels, 5).values)
+
+
+def test_clustered_search_of_target_values_agrees_with_the_exhaustive_one(clustered_search):
+  features, targets = _noisy_step(num_points=6000, dim=8)
+  exhaustive, threshold, _ = _brute_force_target_values(features, targets, 5, 0.9)
+  result = _mingling.mingling_values(features, targets, 5, target_gap_quantile=0.9)
+  (probes, clusters), = clustered_search
+  assert probes < clusters
+  assert result.target_gap == pytest.approx(threshold, rel=0.02)
+  actual = np.mean(result.values == exhaustive)
+  assert result.agreement >= 0.99 and actual >= 0.98
+
+
+@pytest.mark.parametrize("quantile,error", [(0.0, ValueError), (1.0, ValueError), (-0.5, ValueError),
+                                            ("0.9", TypeError)])
+def test_rejects_a_target_gap_quantile_outside_zero_one(quantile, error):
+  with pytest.raises(error, match="target_gap_quantile"):
+    tf_repulsive.mingling_index(np.zeros((10, 2)), np.arange(10.0), 3, target_gap_quantile=quantile)
+  with pytest.raises(error, match="target_gap_quantile"):
+    tf_repulsive.EasyPDS(target_gap_quantile=quantile)
+
+
+def test_rejects_targets_that_are_not_finite_real_values():
+  with pytest.raises(ValueError, match="NaN or infinite"):
+    tf_repulsive.mingling_index(np.zeros((10, 2)), np.full(10, np.nan), 3, target_gap_quantile=0.9)
+  with pytest.raises(TypeError, match="real-valued"):
+    tf_repulsive.mingling_index(np.zeros((10, 2)), np.array(["a"] * 10), 3, target_gap_quantile=0.9)
+
+
+def _step_dataset(num_points=3000):
+  features, targets = _noisy_step(num_points)
+  return features, targets, tf.data.Dataset.from_tensor_slices((features, targets.astype(np.float32)))
+
+
+def test_dense_pds_on_targets_draws_only_the_values_pi_weights():
+  features, targets, dataset = _step_dataset()
+  batcher = tf_repulsive.repulsive_batch(
+      20, tf_repulsive.DensePDS([0, 1, 1, 1, 1, 1], radius=0.0, target_gap_quantile=0.9), seed=0, start_step=0,
+      verbose=False)
+  stream = iter(dataset.apply(batcher))
+  values = batcher.drawer.mingling.values
+  assert batcher.drawer.mingling.target_gap > 0
+  for step in range(5):
+    x, y = next(stream)
+    indices = batcher.batch_indices(step)
+    np.testing.assert_array_equal(x.numpy(), features[indices])
+    assert y.dtype == tf.float32  # the elements are delivered as they are; only the marks are float64
+    assert np.all(values[indices] >= 1)
+
+
+def test_easy_pds_on_targets_favours_the_points_beside_the_step():
+  features, _, dataset = _step_dataset()
+  batcher = tf_repulsive.repulsive_batch(30, tf_repulsive.EasyPDS(radius="auto", target_gap_quantile=0.9), seed=0,
+                                         start_step=0, verbose=False)
+  dataset.apply(batcher)
+  beside = np.abs(features[:, 0]) < 0.05
+  drawn = np.concatenate([batcher.batch_indices(step) for step in range(100)])
+  share, expected = beside[drawn].mean(), beside.mean()
+  # Uniform batches hold the points beside the step at their share of the data, with a standard
+  # error of sqrt(p (1 - p) / n) (batches are without replacement, so at most that).
+  assert (share - expected) / np.sqrt(expected * (1 - expected) / len(drawn)) > 5
+
+
+@pytest.mark.parametrize("targets,error,match", [
+    (np.zeros((100, 2), np.float32), ValueError, "one regression target per element"),
+    (np.array(["a"] * 100), TypeError, "real-valued regression target"),
+    (np.zeros(100, np.float32), ValueError, "at least two values"),
+])
+def test_regression_samplers_refuse_targets_they_cannot_use(targets, error, match):
+  features = np.random.default_rng(0).normal(size=(100, 2)).astype(np.float32)
+  batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.EasyPDS(target_gap_quantile=0.9), seed=0, start_step=0)
+  with pytest.raises(error, match=match):
+    tf.data.Dataset.from_tensor_slices((features, targets)).apply(batcher)
+
+
+def test_class_samplers_name_the_quantile_for_float_targets():
+  features, targets, dataset = _step_dataset(200)
+  batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.AnnealPDS(), seed=0, start_step=0)
+  with pytest.raises(TypeError, match="target_gap_quantile"):
+    dataset.apply(batcher)

@@ -28,7 +28,8 @@ class SamplingContext:
 
   Attributes:
     features: `[N, d]` float32 feature vectors (distances are measured here).
-    labels: `[N]` int64 class labels for samplers with `needs_labels`, else None.
+    labels: for samplers with `needs_labels`, `[N]` int64 class ids (`label_kind` "class") or
+      float64 regression targets (`label_kind` "target"); else None.
     batch_size: `k`.
     distance_cache_bytes: memory the sampler may spend on an N x N distance matrix.
     verbose: whether one-time work longer than about 2 s shows a progress bar.
@@ -111,8 +112,10 @@ class Sampler:
   A drawer draws one step per call unless it sets `steps_per_draw` (see `BatchDrawer`).
 
   Attributes:
-    needs_labels: whether `build` needs the class labels in its `SamplingContext` (a class
-      attribute; False here, True for the mingling samplers and `ActiveBias`).
+    needs_labels: whether `build` needs the labels in its `SamplingContext` (False here, True for
+      the mingling samplers and `ActiveBias`).
+    label_kind: what those labels are: "class" (integer class ids, read as int64; the default) or
+      "target" (real-valued regression targets, read as float64).
 
   Example (every batch the next k elements, a new random rotation each epoch):
 
@@ -135,8 +138,9 @@ class Sampler:
   (True, True)
   """
 
-  # Whether `build` needs the class labels in its context.
+  # Whether `build` needs the labels in its context, and as class ids or regression targets.
   needs_labels: bool = False
+  label_kind: str = "class"
 
   def build(self, context: SamplingContext) -> BatchDrawer:
     """Prepares this sampler's per-batch draw for a dataset (one-time preprocessing).

@@ -1,5 +1,8 @@
 """Mingling indices (Illian et al.): how many of a point's nearest neighbours carry another label.
 
+For real-valued regression targets the analogue counts the neighbours whose target differs from
+the point's by more than a threshold: a quantile of all points' gaps to their neighbours' targets.
+
 Pure numpy: computed once per dataset, before any batch is drawn. Small datasets get an exhaustive
 nearest-neighbour search. Beyond `_EXHAUSTIVE_BUDGET` multiply-adds the points are clustered
 (k-means) and each cluster's points search only the clusters nearest to theirs; the number of
@@ -51,18 +54,23 @@ class MinglingValues:
 
   Attributes:
     values: `[N]` int64, per point how many of its K nearest neighbours (itself excluded) carry
-      another label: K times the mingling index, in {0, ..., K}.
+      another label (for targets: one farther than `target_gap`): K times the mingling index, in
+      {0, ..., K}.
     neighbors: `K`.
     agreement: the share of points whose value equals an exhaustive search's: 1.0 when the search
       was exhaustive, else measured on a fixed subsample of `_CHECK_POINTS` points.
+    target_gap: for real-valued targets, the gap |y_i - y_j| beyond which a neighbour's target
+      counts as another; None for class labels.
   """
 
   values: np.ndarray
   neighbors: int
   agreement: float
+  target_gap: float | None = None
 
 
-def _validated(features: np.ndarray, labels: np.ndarray, neighbors: int) -> tuple[np.ndarray, np.ndarray]:
+def _validated(features: np.ndarray, labels: np.ndarray, neighbors: int,
+               target_gap_quantile: float | None) -> tuple[np.ndarray, np.ndarray]:
   features = np.asarray(features)
   labels = np.asarray(labels)
   if features.ndim != 2:
@@ -75,9 +83,19 @@ def _validated(features: np.ndarray, labels: np.ndarray, neighbors: int) -> tupl
     raise ValueError(
         f"`labels` must be a 1-D array with one label per row of `features` ({features.shape[0]}); "
         f"got shape {labels.shape}.")
-  if not np.issubdtype(labels.dtype, np.integer):
+  if target_gap_quantile is None and not np.issubdtype(labels.dtype, np.integer):
     raise TypeError(
-        f"`labels` must be integer class ids; got dtype {labels.dtype}. Convert one-hot labels with argmax.")
+        f"`labels` must be integer class ids; got dtype {labels.dtype}. Convert one-hot labels with argmax, "
+        "or pass `target_gap_quantile` for real-valued regression targets.")
+  if target_gap_quantile is not None:
+    _checks.real(target_gap_quantile, "target_gap_quantile", positive=False)
+    if not 0.0 < target_gap_quantile < 1.0:
+      raise ValueError(f"`target_gap_quantile` must be in (0, 1), e.g. 0.9; got {target_gap_quantile}.")
+    if not np.issubdtype(labels.dtype, np.number) or np.issubdtype(labels.dtype, np.complexfloating):
+      raise TypeError(f"`labels` must be real-valued regression targets; got dtype {labels.dtype}.")
+    labels = labels.astype(np.float64)
+    if not np.all(np.isfinite(labels)):
+      raise ValueError("`labels` (the regression targets) contain NaN or infinite values; clean them first.")
   _checks.integer(neighbors, "neighbors")
   if not 1 <= neighbors < features.shape[0]:
     raise ValueError(
@@ -184,16 +202,34 @@ class _Search:
     return np.take_along_axis(best_ids, np.argsort(best_distances, axis=1), axis=1)
 
 
-def _count_other_labels(ids: np.ndarray, nearest: np.ndarray, labels: np.ndarray, neighbors: int) -> np.ndarray:
-  """Counts other labels among `nearest` ([len(ids), K + 1] ids) once each query itself is left out."""
+def _neighbors_of(ids: np.ndarray, nearest: np.ndarray, neighbors: int) -> np.ndarray:
+  """`[len(ids), K]`: the points `nearest` ([len(ids), K + 1] ids) holds once each query itself is left out."""
   # With duplicated points the query need not be among its own K + 1 nearest: drop it wherever it
   # is, else an arbitrary one of the K + 1 (the farthest when there are no ties).
   is_self = nearest == ids[:, None]
   drop = np.where(is_self.any(axis=1), is_self.argmax(axis=1), neighbors)
   keep = np.ones_like(nearest, dtype=bool)
   keep[np.arange(len(ids)), drop] = False
-  others = nearest[keep].reshape(len(ids), neighbors)
-  return (labels[others] != labels[ids, None]).sum(axis=1)
+  return nearest[keep].reshape(len(ids), neighbors)
+
+
+def _gaps(labels: np.ndarray, ids: np.ndarray, others: np.ndarray) -> np.ndarray:
+  """`[len(ids), K]` |y_i - y_j| between each point's target and its neighbours'."""
+  return np.abs(labels[others] - labels[ids, None])
+
+
+def _count_others(labels: np.ndarray, ids: np.ndarray, others: np.ndarray, target_gap: float | None) -> np.ndarray:
+  """Per point, its neighbours `others` with another label, or (targets) a target farther than `target_gap`."""
+  if target_gap is None:
+    return (labels[others] != labels[ids, None]).sum(axis=1)
+  return (_gaps(labels, ids, others) > target_gap).sum(axis=1)
+
+
+def _target_gap(labels: np.ndarray, ids: np.ndarray, others: np.ndarray, quantile: float | None) -> float | None:
+  """The `quantile` of the points' gaps to their neighbours' targets; None for class labels."""
+  if quantile is None:
+    return None
+  return float(np.quantile(_gaps(labels, ids, others), quantile))
 
 
 class _Clusters:
@@ -283,36 +319,46 @@ def _grouped(keys: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5, *,
-                    verbose: bool = False) -> MinglingValues:
+                    target_gap_quantile: float | None = None, verbose: bool = False) -> MinglingValues:
   """Per point, how many of its K nearest neighbours (itself excluded) carry another label.
+
+  With `target_gap_quantile` the labels are real-valued regression targets, and a neighbour
+  counts when its target differs from the point's by more than the `target_gap_quantile`
+  quantile of the gaps |y_i - y_j| of all points to their K nearest neighbours: where the target
+  changes abruptly (the regression analogue of a class boundary) most neighbours count, where it
+  is smooth few do.
 
   Args:
     features: `[N, d]` array; Euclidean distance is used.
-    labels: `[N]` integer class labels (the marks).
+    labels: `[N]` integer class labels (the marks), or real-valued targets with `target_gap_quantile`.
     neighbors: K, the number of nearest neighbours.
+    target_gap_quantile: None for class labels; for regression targets, q in (0, 1): about a
+      share 1 - q of all neighbour pairs count as differing.
     verbose: show progress if the search takes more than about 2 s.
 
   Returns:
-    The values (K times the mingling index, in `{0, ..., K}`) and their agreement with an
-    exhaustive search.
+    The values (K times the mingling index, in `{0, ..., K}`), their agreement with an
+    exhaustive search, and for targets the gap threshold.
 
   Raises:
-    ValueError: for shapes that do not match, non-finite features or K outside [1, N).
-    TypeError: for non-integer labels or non-numeric features.
+    ValueError: for shapes that do not match, non-finite features or targets, K outside [1, N) or
+      a quantile outside (0, 1).
+    TypeError: for non-integer class labels, non-numeric targets or non-numeric features.
   """
-  features, labels = _validated(features, labels, neighbors)
+  features, labels = _validated(features, labels, neighbors, target_gap_quantile)
   num_points, dim = features.shape
   search = _Search(features, neighbors)
   description = f"mingling values ({neighbors} nearest neighbours)"
   everyone = np.arange(num_points)
   if float(num_points) * num_points * dim <= _EXHAUSTIVE_BUDGET:
-    values = np.empty(num_points, np.int64)
+    others = np.empty((num_points, neighbors), np.int64)
     with _progress.bar(description, num_points, verbose) as progress:
       for start in range(0, num_points, _QUERY_CHUNK):
         rows = everyone[start:start + _QUERY_CHUNK]
-        values[rows] = _count_other_labels(rows, search.nearest(rows, everyone, neighbors + 1), labels, neighbors)
+        others[rows] = _neighbors_of(rows, search.nearest(rows, everyone, neighbors + 1), neighbors)
         progress.update(len(rows))
-    return MinglingValues(values, neighbors, 1.0)
+    target_gap = _target_gap(labels, everyone, others, target_gap_quantile)
+    return MinglingValues(_count_others(labels, everyone, others, target_gap), neighbors, 1.0, target_gap)
 
   rng = np.random.default_rng(_SEARCH_SEED)
   with _progress.elapsed(f"{description}: clustering and checking the search", verbose):
@@ -322,7 +368,10 @@ def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5
     # points, it finds those in the clusters it searches, so its K + 1 nearest are the first K + 1
     # of them if at least that many are among the _CHECK_DEPTH nearest (else: a disagreement).
     exact_nearest = search.nearest(check, everyone, min(num_points, _CHECK_DEPTH))
-    exact = _count_other_labels(check, exact_nearest[:, :neighbors + 1], labels, neighbors)
+    exact_others = _neighbors_of(check, exact_nearest[:, :neighbors + 1], neighbors)
+    # For targets, the check points' own gaps estimate the threshold until every point's are known.
+    check_gap = _target_gap(labels, check, exact_others, target_gap_quantile)
+    exact = _count_others(labels, check, exact_others, check_gap)
     cluster_rank = np.empty((len(check), len(clusters)), np.int32)
     np.put_along_axis(cluster_rank, clusters.nearest(check, len(clusters)), np.arange(len(clusters))[None, :], axis=1)
     own_cluster = clusters.nearest(exact_nearest.ravel(), 1).reshape(exact_nearest.shape)
@@ -331,7 +380,8 @@ def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5
     def agreement(probes: int) -> float:
       searched = ranks < probes
       first = np.argsort(~searched, axis=1, kind="stable")[:, :neighbors + 1]
-      found = _count_other_labels(check, np.take_along_axis(exact_nearest, first, axis=1), labels, neighbors)
+      found_others = _neighbors_of(check, np.take_along_axis(exact_nearest, first, axis=1), neighbors)
+      found = _count_others(labels, check, found_others, check_gap)
       return float(np.mean((found == exact) & (searched.sum(axis=1) > neighbors)))
 
     # The fewest clusters to search: doubling, then bisection (agreement grows with `probes`;
@@ -344,11 +394,15 @@ def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5
       failing, probes = (failing, middle) if agreement(middle) >= _REQUIRED_AGREEMENT else (middle, probes)
 
   with _progress.bar(description, num_points, verbose) as progress:
-    values = _count_other_labels(everyone, clusters.nearest_neighbors(probes, progress), labels, neighbors)
-  return MinglingValues(values, neighbors, float(np.mean(values[check] == exact)))
+    others = _neighbors_of(everyone, clusters.nearest_neighbors(probes, progress), neighbors)
+  target_gap = _target_gap(labels, everyone, others, target_gap_quantile)
+  values = _count_others(labels, everyone, others, target_gap)
+  exact = _count_others(labels, check, exact_others, target_gap)
+  return MinglingValues(values, neighbors, float(np.mean(values[check] == exact)), target_gap)
 
 
-def mingling_index(features: np.ndarray, labels: np.ndarray, neighbors: int = 5) -> np.ndarray:
+def mingling_index(features: np.ndarray, labels: np.ndarray, neighbors: int = 5, *,
+                   target_gap_quantile: float | None = None) -> np.ndarray:
   """The paper's mingling index M̄_K(x_i) for every point.
 
   The fraction of the K nearest neighbours of `x_i` (itself excluded, Euclidean distance) whose
@@ -356,16 +410,31 @@ def mingling_index(features: np.ndarray, labels: np.ndarray, neighbors: int = 5)
   other classes. The search is exhaustive up to N * N * d = 2e11; beyond, a clustered search that
   agrees with the exhaustive one on at least 99% of a fixed 2000-point subsample.
 
+  For regression targets (`target_gap_quantile` set), a neighbour's label differs when its target
+  is farther from `x_i`'s than the given quantile of all points' gaps to their neighbours'
+  targets.
+
   Args:
     features: `[N, d]` array of feature vectors.
-    labels: `[N]` integer class labels.
+    labels: `[N]` integer class labels, or real-valued targets with `target_gap_quantile`.
     neighbors: K, the number of nearest neighbours (the paper uses 5).
+    target_gap_quantile: None for class labels; q in (0, 1) for regression targets.
 
   Returns:
     `[N]` float64 array with values in `{0, 1/K, ..., 1}`.
 
   Raises:
-    ValueError: for shapes that do not match, non-finite features or K outside [1, N).
-    TypeError: for non-integer labels or non-numeric features.
+    ValueError: for shapes that do not match, non-finite features or targets, K outside [1, N) or
+      a quantile outside (0, 1).
+    TypeError: for non-integer class labels, non-numeric targets or non-numeric features.
+
+  Example (a target that steps at x = 0.5 and rises slowly elsewhere: only the points beside the
+  step have a neighbour across it):
+
+  >>> import numpy as np, tf_repulsive
+  >>> x = np.linspace(0, 1, 11)[:, None]
+  >>> y = np.where(x[:, 0] > 0.5, 1.0, 0.0) + 0.1 * x[:, 0]
+  >>> tf_repulsive.mingling_index(x, y, neighbors=2, target_gap_quantile=0.9)
+  array([0. , 0. , 0. , 0. , 0. , 0.5, 0.5, 0. , 0. , 0. , 0. ])
   """
-  return mingling_values(features, labels, neighbors).values / neighbors
+  return mingling_values(features, labels, neighbors, target_gap_quantile=target_gap_quantile).values / neighbors

@@ -402,8 +402,11 @@ class RepulsiveBatcher:
           "this batcher already drives a pipeline; call tf_repulsive.repulsive_batch(...) again "
           "for another dataset (a sampler may configure any number of batchers).")
     sampler = self.sampler
+    label_kind = sampler.label_kind
+    if label_kind not in ("class", "target"):
+      raise ValueError(f"{type(sampler).__name__}.label_kind must be 'class' or 'target'; got {label_kind!r}.")
     data = _reading.materialize(dataset, self._feature_fn, self._label_fn, sampler.needs_labels, self._max_elements,
-                        self._verbose)
+                                self._verbose, label_kind)
     num_points = data.features.shape[0]
     if self.batch_size > num_points:
       raise ValueError(

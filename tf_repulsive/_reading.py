@@ -33,7 +33,7 @@ class Materialized:
 
   elements: Any  # nested structure of numpy arrays with leading dimension N
   features: np.ndarray  # [N, d] float32
-  labels: np.ndarray | None  # [N] int64
+  labels: np.ndarray | None  # [N] int64 class ids, or float64 regression targets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +49,12 @@ class _Conventions:
 
 
 def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bool, max_elements: int,
-                verbose: bool) -> Materialized:
-  """Reads the finite dataset once: elements, their feature vectors and (if needed) labels."""
+                verbose: bool, label_kind: str = "class") -> Materialized:
+  """Reads the finite dataset once: elements, their feature vectors and (if needed) labels.
+
+  The labels are int64 class ids for `label_kind` "class", float64 targets for "target".
+  """
+  label_dtype = tf.float64 if label_kind == "target" else tf.int64
   cardinality = _check_readable(dataset, max_elements)
   conventions = _conventions(dataset.element_spec, feature_fn, label_fn, needs_labels)
   is_tuple = isinstance(dataset.element_spec, tuple)
@@ -65,7 +69,7 @@ def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bo
     return element, features, _call_like_map(conventions.label_fn, element)
 
   selected = dataset.map(select)
-  _check_selected(selected.element_spec, conventions, needs_labels)
+  _check_selected(selected.element_spec, conventions, needs_labels, label_kind)
   for difference in (_dataset_graph.run_to_run_difference(selected), _dataset_graph.per_element_randomness(selected)):
     if difference is not None:  # also in `feature_fn` and `label_fn`
       fix = (_dataset_graph.PER_STEP_RANDOMNESS_FIX if "dataset function" in difference else
@@ -77,7 +81,7 @@ def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bo
     vector = tf.concat([tf.reshape(tf.cast(tensor, tf.float32), [-1]) for tensor in tf.nest.flatten(features)], 0)
     if not needs_labels:
       return element, vector
-    return element, vector, _one_label(label[0])
+    return element, vector, _one_label(label[0], label_dtype)
 
   if feature_fn is None and label_fn is None and all(
       spec.shape.is_fully_defined() for spec in tf.nest.flatten(dataset.element_spec)):
@@ -91,7 +95,7 @@ def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bo
                           for tensor in tf.nest.flatten(features)], 1)
       if not needs_labels:
         return element, vector
-      return element, vector, tf.reshape(tf.cast(label[0], tf.int64), [-1])  # one value per element
+      return element, vector, tf.reshape(tf.cast(label[0], label_dtype), [-1])  # one value per element
 
     chunks = dataset.batch(_READ_CHUNK).map(convert_chunk)
   else:
@@ -216,8 +220,8 @@ def _dict_conventions(spec: dict, feature_fn, label_fn, needs_labels: bool) -> _
   return _Conventions(feature_fn, label_fn, "e", default_features=default_features)
 
 
-def _check_selected(spec: tuple, conventions: _Conventions, needs_labels: bool) -> None:
-  """Refuses, before reading, features that are not numeric and labels that are not class ids."""
+def _check_selected(spec: tuple, conventions: _Conventions, needs_labels: bool, label_kind: str) -> None:
+  """Refuses, before reading, features that are not numeric and labels that are not class ids (targets)."""
   features = tf.nest.flatten(spec[1])
   parameters = conventions.parameters
   if conventions.default_features and not features:
@@ -237,26 +241,35 @@ def _check_selected(spec: tuple, conventions: _Conventions, needs_labels: bool) 
     return
   label = spec[2]
   default = "the default takes y of (x, y[, sample_weight]), or the 'label' key of a dict"
+  if label_kind == "target":
+    if not isinstance(label, tf.TensorSpec) or not (label.dtype.is_floating or label.dtype.is_integer):
+      raise TypeError(f"labels must be one real-valued regression target per element ({default}); "
+                      f"`label_fn` returned {label}. Pass a `label_fn` that returns it.")
+    if label.shape.num_elements() not in (None, 1):
+      raise ValueError(f"labels must be one regression target per element; got shape {label.shape} ({default}). "
+                       f"Pass a `label_fn` that returns one value, e.g. label_fn=lambda {parameters}: ...")
+    return
   if not isinstance(label, tf.TensorSpec):
     raise TypeError(f"labels must be one integer class id per element; `label_fn` returned {label}.")
   argmax = f"label_fn=lambda {parameters}: tf.argmax({'y' if parameters.startswith('x, y') else '...'})"
   if not label.dtype.is_integer:
     hint = (f"for one-hot labels pass {argmax}" if label.shape.rank and label.shape.num_elements() != 1
             else f"pass a `label_fn` that returns them as integers (label_fn=lambda {parameters}: tf.cast(...))")
-    raise TypeError(f"labels must be integer class ids; got dtype {label.dtype.name} ({default}): {hint}.")
+    raise TypeError(f"labels must be integer class ids; got dtype {label.dtype.name} ({default}): {hint}. "
+                    "For real-valued regression targets, give Easy / Dense / Anneal PDS a `target_gap_quantile`.")
   if label.shape.num_elements() not in (None, 1):
     raise ValueError(
         f"labels must be one integer class id per element; got shape {label.shape} ({default}). "
         f"For one-hot labels pass {argmax}.")
 
 
-def _one_label(label: tf.Tensor) -> tf.Tensor:
-  """The element's label as an int64 scalar; its shape holds one value (checked when not static)."""
+def _one_label(label: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+  """The element's label as a `dtype` scalar; its shape holds one value (checked when not static)."""
   if label.shape.num_elements() is None:
-    one = tf.debugging.assert_equal(tf.size(label), 1, message="labels must be one class id per element")
+    one = tf.debugging.assert_equal(tf.size(label), 1, message="labels must be one value per element")
     with tf.control_dependencies([one]):
       label = tf.identity(label)
-  return tf.reshape(tf.cast(label, tf.int64), [])
+  return tf.reshape(tf.cast(label, dtype), [])
 
 
 def _what_is_not_finite(selected: tf.data.Dataset, index: int) -> str:

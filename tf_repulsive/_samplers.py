@@ -115,24 +115,38 @@ class _MinglingPDS(DiskSampler):
 
   needs_labels = True
   neighbors: int
+  target_gap_quantile: float | None
+
+  @property
+  def label_kind(self) -> str:  # type: ignore[override]
+    return "class" if self.target_gap_quantile is None else "target"
 
   def _check_disk_and_mingling(self) -> None:
     _check_radius(self.radius)
     _checks.count_fields(self, "neighbors", "max_darts")
+    if self.target_gap_quantile is not None:
+      quantile = _checks.real(self.target_gap_quantile, "target_gap_quantile", positive=True,
+                              type_hint="a number in (0, 1), e.g. 0.9, or None (class labels)")
+      if not quantile < 1.0:
+        raise ValueError(f"`target_gap_quantile` must be in (0, 1), e.g. 0.9; got {self.target_gap_quantile}.")
+      object.__setattr__(self, "target_gap_quantile", quantile)
 
   def _mingling(self, context: SamplingContext) -> _mingling.MinglingValues:
     num_points = context.features.shape[0]
     if not self.neighbors < num_points:
       raise ValueError(f"`neighbors` = {self.neighbors} must be < N = {num_points}; use fewer neighbours.")
     assert context.labels is not None  # needs_labels
-    classes = np.unique(context.labels)
-    if classes.size < 2:
+    distinct = np.unique(context.labels)
+    if distinct.size < 2:
       # Every mingling index would be 0: the sampler would silently be Vanilla PDS.
+      what = "regression targets" if self.label_kind == "target" else "mingling index"
       raise ValueError(
-          f"the labels take one value ({classes[0]}) over all {num_points} elements, and the mingling "
-          f"index of {type(self).__name__} needs at least two classes. Check the labels: by default y "
+          f"the labels take one value ({distinct[0]}) over all {num_points} elements, and the {what} of "
+          f"{type(self).__name__} need{'' if self.label_kind == 'target' else 's'} at least two "
+          f"{'values' if self.label_kind == 'target' else 'classes'}. Check the labels: by default y "
           "of (x, y[, sample_weight]) elements, or the 'label' key of dicts; pass `label_fn` for others.")
-    return _mingling.mingling_values(context.features, context.labels, self.neighbors, verbose=context.verbose)
+    return _mingling.mingling_values(context.features, context.labels, self.neighbors,
+                                     target_gap_quantile=self.target_gap_quantile, verbose=context.verbose)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -146,11 +160,16 @@ class EasyPDS(_MinglingPDS):
     radius: r0; None: half the median pairwise distance; "auto": calibrated (as VanillaPDS).
     neighbors: K of the mingling index.
     max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+    target_gap_quantile: None: the labels are class ids (the paper's mingling index). For
+      regression, q in (0, 1): the labels are real-valued targets and a neighbour counts as
+      "another label" when its target differs by more than the q-quantile of all points' gaps
+      to their K nearest neighbours' targets (see `tf_repulsive.mingling_index`).
   """
 
   radius: float | str | None = None
   neighbors: int = 5
   max_darts: int | None = None
+  target_gap_quantile: float | None = None
 
   def __post_init__(self):
     self._check_disk_and_mingling()
@@ -175,12 +194,17 @@ class DensePDS(_MinglingPDS):
     radius: disk radius; None: half the median pairwise distance; "auto": calibrated (as VanillaPDS).
     neighbors: K of the mingling index.
     max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+    target_gap_quantile: None: the labels are class ids (the paper's mingling index). For
+      regression, q in (0, 1): the labels are real-valued targets and a neighbour counts as
+      "another label" when its target differs by more than the q-quantile of all points' gaps
+      to their K nearest neighbours' targets (see `tf_repulsive.mingling_index`).
   """
 
   pi: Sequence[float]
   radius: float | str | None = None
   neighbors: int = 5
   max_darts: int | None = None
+  target_gap_quantile: float | None = None
 
   def __post_init__(self):
     self._check_disk_and_mingling()
@@ -218,12 +242,17 @@ class AnnealPDS(_MinglingPDS):
     schedule: `(h, n) -> pi` in TensorFlow ops (h float64 [K + 1], n int64 scalar); None: the
       paper's (`tf_repulsive.paper_schedule`).
     max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+    target_gap_quantile: None: the labels are class ids (the paper's mingling index). For
+      regression, q in (0, 1): the labels are real-valued targets and a neighbour counts as
+      "another label" when its target differs by more than the q-quantile of all points' gaps
+      to their K nearest neighbours' targets (see `tf_repulsive.mingling_index`).
   """
 
   radius: float | str | None = None
   neighbors: int = 5
   schedule: _schedule.Schedule | None = None
   max_darts: int | None = None
+  target_gap_quantile: float | None = None
 
   def __post_init__(self):
     self._check_disk_and_mingling()

@@ -1,9 +1,15 @@
-r"""The paper's synthetic experiment (its figure 4), made quantitative.
+r"""The paper's synthetic experiment (its figure 4), made quantitative, and its regression analogue.
 
 Two classes of 2-D points, uniform in [-1, 1]², separated by a sine curve. For every sampler and
 repetition r: draw ONE mini-batch with `repulsive_batch` (seed r), train a network with one hidden
 layer of five tanh units on those points only (full-batch Adam), and measure its boundary accuracy:
 the fraction of a dense grid over the domain that it classifies like the true boundary does.
+
+`--task=regression`: the target is the class (0 or 1) plus Gaussian noise of scale
+`--target_noise`, a step function whose step is the sine curve; the network regresses it (mean
+squared error) and a grid cell counts as right when the network's output is on the true side of
+0.5. The mingling samplers count a neighbour as differing when its target is farther than the
+`--target_gap_quantile` quantile of all neighbour gaps.
 """
 
 from __future__ import annotations
@@ -55,6 +61,14 @@ class Config(settings.Settings):
       "'default'. The library default, half the median distance (0.51 here), fits only about 13 "
       "darts: the other 17 points of a 30-point batch would be the uniform fallback fill. At 0.2 no "
       "sampler needs the fill.")
+  task: str = settings.setting(
+      "classification", "classification: 0/1 labels and cross-entropy (the paper's experiment); regression: "
+      "the 0/1 step plus noise as a real-valued target and mean squared error.",
+      choices=("classification", "regression"))
+  target_noise: float = settings.setting(0.1, "Regression: the scale of the Gaussian noise on the step.", minimum=0.0)
+  target_gap_quantile: float = settings.setting(
+      0.9, "Regression: the mingling samplers' quantile of the neighbour target gaps beyond which a "
+      "neighbour counts as differing.", greater_than=0.0, maximum=0.999)
   hidden_units: int = settings.setting(5, "Hidden tanh units (paper: 5).", minimum=1)
   train_steps: int = settings.setting(2000, "Full-batch Adam steps per network.", minimum=1)
   learning_rate: float = settings.setting(0.02, "Adam learning rate.", greater_than=0.0)
@@ -80,6 +94,12 @@ def make_data(num_points: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
   """`num_points` float32 points uniform in [-1, 1]² and their int64 labels from the sine boundary."""
   points = np.random.default_rng(seed).uniform(-1.0, 1.0, size=(num_points, 2)).astype(np.float32)
   return points, true_labels(points)
+
+
+def regression_targets(labels: np.ndarray, noise: float, seed: int) -> np.ndarray:
+  """float32 targets: the 0/1 `labels` plus Gaussian noise of scale `noise` (seeded by `seed`)."""
+  rng = np.random.default_rng([seed, 1])
+  return (labels + noise * rng.standard_normal(labels.shape)).astype(np.float32)
 
 
 def grid_points(grid_size: int) -> np.ndarray:
@@ -133,7 +153,7 @@ def network_logits(params: Sequence[tf.Variable], points: tf.Tensor) -> tf.Tenso
 
 
 def fit_networks(points: np.ndarray, labels: np.ndarray, seeds: Sequence[int], hidden_units: int,
-                 steps: int, learning_rate: float) -> list[tf.Variable]:
+                 steps: int, learning_rate: float, regression: bool = False) -> list[tf.Variable]:
   """Trains network r full-batch on its own batch (`points[r]`, `labels[r]`) for `steps` Adam steps.
 
   All R networks train together in one graph loop. The loss is the sum of their mean losses, so
@@ -142,11 +162,13 @@ def fit_networks(points: np.ndarray, labels: np.ndarray, seeds: Sequence[int], h
 
   Args:
     points: `[R, k, 2]` float32 batches.
-    labels: `[R, k]` 0/1 labels.
+    labels: `[R, k]` 0/1 labels, or real-valued targets for `regression`.
     seeds: R initialisation seeds (see `init_networks`).
     hidden_units: width of the hidden layer.
     steps: Adam steps.
     learning_rate: Adam learning rate.
+    regression: whether the loss is the squared error of the output (else the cross-entropy of
+      the output as the logit of class 1).
 
   Returns:
     The trained parameters, as `init_networks` lays them out.
@@ -160,7 +182,9 @@ def fit_networks(points: np.ndarray, labels: np.ndarray, seeds: Sequence[int], h
   def train():
     for _ in tf.range(steps):
       with tf.GradientTape() as tape:
-        losses = tf.nn.sigmoid_cross_entropy_with_logits(targets, network_logits(params, points))
+        outputs = network_logits(params, points)
+        losses = (tf.square(outputs - targets) if regression
+                  else tf.nn.sigmoid_cross_entropy_with_logits(targets, outputs))
         loss = tf.reduce_sum(tf.reduce_mean(losses, axis=1))
       optimizer.apply_gradients(zip(tape.gradient(loss, params), params))
 
@@ -238,21 +262,27 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path) -> dict[str,
     `[repetitions]` float64 arrays, in `config.samplers` order.
   """
   points, labels = make_data(config.num_points, config.data_seed)
+  regression = config.task == "regression"
+  # What the networks learn from: the labels, or the noisy step (for every sampler the same).
+  targets = regression_targets(labels, config.target_noise, config.data_seed) if regression else labels
   seeds = list(range(config.repetitions))
   batch_points, batch_labels = [], []
   for name in config.samplers:
+    sampler = common.make_sampler(name, radius=config.radius,
+                                  target_gap_quantile=config.target_gap_quantile if regression else None)
     for seed in tqdm.tqdm(seeds, desc=f"{name:<12} batches", unit="rep"):
-      batch = draw_batch(points, labels, common.make_sampler(name, radius=config.radius),
-                         config.batch_size, seed)
+      batch = draw_batch(points, targets, sampler, config.batch_size, seed)
       batch_points.append(batch[0])
       batch_labels.append(batch[1])
   # One training for all samplers and repetitions; repetition r of every sampler starts from the
   # same network, so samplers are compared on equal initialisations.
   params = fit_networks(np.stack(batch_points), np.stack(batch_labels), seeds * len(config.samplers),
-                        config.hidden_units, config.train_steps, config.learning_rate)
+                        config.hidden_units, config.train_steps, config.learning_rate, regression)
   grid = grid_points(config.grid_size)
   shape = (len(config.samplers), config.repetitions)
-  logits = grid_logits(params, grid).reshape(*shape, -1)
+  # Centred so that the learned boundary is the zero contour: a regression output of 0.5 is the
+  # middle of the step.
+  logits = grid_logits(params, grid).reshape(*shape, -1) - (0.5 if regression else 0.0)
   batch_points = np.stack(batch_points).reshape(*shape, config.batch_size, 2)
   accuracies = dict(zip(config.samplers, ((logits > 0) == true_labels(grid)).mean(axis=-1)))
   near_shares = dict(zip(config.samplers, near_boundary(batch_points).mean(axis=-1)))
@@ -262,8 +292,10 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path) -> dict[str,
   write_figures(workdir, config, points, labels, dict(zip(config.samplers, logits)),
                 dict(zip(config.samplers, batch_points[:, 0])), accuracies)
   table = common.markdown_table(*results_table(accuracies, near_shares, float(near_boundary(points).mean())))
+  task = (f"regression (noise {config.target_noise}, target gap quantile {config.target_gap_quantile})"
+          if regression else "classification")
   (workdir / "results.md").write_text(
-      f"Boundary accuracy on a {config.grid_size}x{config.grid_size} grid, {config.repetitions} "
+      f"Boundary accuracy ({task}) on a {config.grid_size}x{config.grid_size} grid, {config.repetitions} "
       f"repetitions, batch {config.batch_size}, data seed {config.data_seed}, radius {config.radius}"
       f"\n\n{table}\n")
   with (workdir / "results.csv").open("w", newline="") as handle:
@@ -278,7 +310,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path) -> dict[str,
     for name, accuracy in accuracies.items():
       for seed, value, share in zip(seeds, accuracy, near_shares[name]):
         writer.writerow([name, seed, f"{value:.6f}", f"{share:.6f}"])
-  print(f"\nBoundary accuracy, data seed {config.data_seed}, {config.repetitions} repetitions:\n"
+  print(f"\nBoundary accuracy ({task}), data seed {config.data_seed}, {config.repetitions} repetitions:\n"
         f"{table}")
   return accuracies
 

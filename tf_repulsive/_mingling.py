@@ -59,7 +59,7 @@ class MinglingValues:
     neighbors: `K`.
     agreement: the share of points whose value equals an exhaustive search's: 1.0 when the search
       was exhaustive, else measured on a fixed subsample of `_CHECK_POINTS` points.
-    target_gap: for real-valued targets, the gap |y_i - y_j| beyond which a neighbour's target
+    target_gap: for real-valued targets, the gap `|y_i - y_j|` beyond which a neighbour's target
       counts as another; None for class labels.
   """
 
@@ -324,7 +324,7 @@ def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5
 
   With `target_gap_quantile` the labels are real-valued regression targets, and a neighbour
   counts when its target differs from the point's by more than the `target_gap_quantile`
-  quantile of the gaps |y_i - y_j| of all points to their K nearest neighbours: where the target
+  quantile of the gaps `|y_i - y_j|` of all points to their K nearest neighbours: where the target
   changes abruptly (the regression analogue of a class boundary) most neighbours count, where it
   is smooth few do.
 

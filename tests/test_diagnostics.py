@@ -159,6 +159,17 @@ def test_gradient_variance_end_to_end(digits):
   assert result.uniform_exact.total == pytest.approx(direct.total, rel=1e-6)
 
 
+def test_gradient_variance_of_a_regression_model_with_the_target_mingling(digits):
+  x = digits[0][:300]
+  y = (x[:, :8].sum(axis=1) + (x[:, 8] > 0.5)).astype(np.float32)  # a real target with a jump
+  model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(1)])
+  loss = lambda target, output: keras.ops.square(output[..., 0] - target)  # noqa: E731
+  result = diagnostics.gradient_variance(
+      model, loss, x, y, {"uniform": tf_repulsive.Uniform, "easy": tf_repulsive.EasyPDS(target_gap_quantile=0.9)},
+      batch_size=10, num_batches=5, start_step=7)
+  assert result.reports["easy"].radius > 0 and np.isfinite(result.reports["easy"].total)
+
+
 # ----------------------------------------------------------------------------- per-example gradients
 
 

@@ -50,6 +50,39 @@ def test_it_gets_the_labels_and_balances_the_classes():
   assert batcher.pi(0) is None and batcher.stats().fallback_batches == 0
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class LargestTargets(tf_repulsive.Sampler):
+  """The k elements with the largest regression targets, every step: reads its labels as targets."""
+
+  needs_labels = True
+  label_kind = "target"
+
+  def build(self, context: tf_repulsive.SamplingContext) -> tf_repulsive.BatchDrawer:
+    assert context.labels.dtype == np.float64
+    largest = tf.constant(np.argsort(-context.labels)[:context.batch_size].astype(np.int32))
+
+    class Drawer(tf_repulsive.BatchDrawer):
+      def draw(self, key, first_step):
+        return largest[None], tf.zeros([1], tf.int32)
+
+    return Drawer()
+
+
+def test_a_sampler_of_targets_gets_them_as_floats_and_a_bad_label_kind_is_refused():
+  x = np.arange(20, dtype=np.float32)[:, None]
+  y = np.linspace(0.0, 1.0, 20, dtype=np.float32) ** 2  # as integers these would all be 0 but the last
+  batcher = tf_repulsive.repulsive_batch(3, LargestTargets(), seed=0, start_step=0)
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  assert sorted(batcher.batch_indices(0).tolist()) == [17, 18, 19]
+
+  class Misnamed(LargestTargets):
+    label_kind = "regression"
+
+  wrong = tf_repulsive.repulsive_batch(3, Misnamed(), seed=0, start_step=0)
+  with pytest.raises(ValueError, match="label_kind must be 'class' or 'target'"):
+    tf.data.Dataset.from_tensor_slices((x, y)).apply(wrong)
+
+
 def test_a_restored_iterator_continues_with_the_same_batches(tmp_path):
   x, y = _imbalanced()
   batcher = tf_repulsive.repulsive_batch(10, ClassBalanced(), seed=3, start_step=0)

@@ -49,7 +49,7 @@ class _Conventions:
 
 
 def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bool, max_elements: int,
-                verbose: bool, label_kind: str = "class") -> Materialized:
+                verbose: bool, label_kind: str) -> Materialized:
   """Reads the finite dataset once: elements, their feature vectors and (if needed) labels.
 
   The labels are int64 class ids for `label_kind` "class", float64 targets for "target".

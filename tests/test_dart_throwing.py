@@ -28,7 +28,7 @@ def _thrown_darts(thrower, step, pi=None):
   steps_per_draw = thrower.steps_per_draw
   draw_key = tf.random.experimental.stateless_fold_in(KEY, tf.constant(step // steps_per_draw, tf.int64))
   pi_cdf = None if pi is None else thrower._effective_cdf(tf.tile(pi[None], [steps_per_draw, 1]))
-  darts = thrower._darts(thrower._dart_stream(draw_key), 0, thrower._plan.max_darts, pi_cdf)
+  darts = thrower._darts(thrower._dart_streams(draw_key), 0, thrower._plan.max_darts, pi_cdf)
   return darts.numpy()[step % steps_per_draw]
 
 
@@ -107,8 +107,8 @@ def test_darts_are_the_same_whatever_the_blocks(pi):
   thrower = _dart_throwing.DartThrower(points, _plan(np.full(100, 1.5), 400, mingling_values, pi), 7)
   assert thrower.steps_per_draw == 16
   pi_cdf = None if pi is None else thrower._effective_cdf(tf.constant([pi] * 16, tf.float64))
-  stream = thrower._dart_stream(tf.constant([3, 4], tf.int64))
-  darts = lambda start, size: thrower._darts(stream, tf.constant(start), tf.constant(size), pi_cdf).numpy()  # noqa: E731
+  streams = thrower._dart_streams(tf.constant([3, 4], tf.int64))
+  darts = lambda start, size: thrower._darts(streams, tf.constant(start), tf.constant(size), pi_cdf).numpy()  # noqa: E731
   whole = darts(0, 400)
   np.testing.assert_array_equal(whole, np.concatenate([darts(0, 12), darts(12, 300), darts(312, 88)], axis=1))
   # Different steps of the draw get different darts.
@@ -118,8 +118,7 @@ def test_darts_are_the_same_whatever_the_blocks(pi):
 def test_darts_are_independent_and_uniform_over_the_points_and_follow_pi():
   # The darts' law is what makes the blocks exact dart throwing: i.i.d. uniform points (a block
   # whose Philox counters overlapped another's would repeat its darts), or for Dense/Anneal PDS a
-  # mingling value drawn from pi, then a uniform point with that value (both from one uniform
-  # number: the point from where it fell within the value's interval).
+  # mingling value drawn from pi, then a uniform point with that value.
   num_points = 100
   pi = np.array([0.1, 0.2, 0.3, 0.4])
   values = np.arange(num_points) % 4
@@ -127,7 +126,7 @@ def test_darts_are_independent_and_uniform_over_the_points_and_follow_pi():
     thrower = _dart_throwing.DartThrower(_grid(10), plan, 7)
     pi_cdf = None if plan.pi is None else thrower._effective_cdf(tf.constant([pi] * 16, tf.float64))
     darts = np.concatenate([
-        thrower._darts(thrower._dart_stream(tf.constant([5, draw], tf.int64)), tf.constant(start), tf.constant(100),
+        thrower._darts(thrower._dart_streams(tf.constant([5, draw], tf.int64)), tf.constant(start), tf.constant(100),
                        pi_cdf).numpy()
         for draw in range(5) for start in range(0, 400, 100)])  # [20 * 16, 100]: 32000 darts
     if plan.pi is None:

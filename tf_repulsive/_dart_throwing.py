@@ -260,7 +260,7 @@ class DartThrower(BatchDrawer):
       # (`identity`: the loop's outputs must be its own ops, also for a constant pi.)
       pi_cdf = self._effective_cdf(tf.vectorized_map(
           lambda step: tf.identity(self.pi(step)), first_step + tf.range(self.steps_per_draw, dtype=tf.int64)))
-    stream = self._dart_stream(draw_key)
+    streams = self._dart_streams(draw_key)
     max_darts = tf.convert_to_tensor(max_darts, tf.int32)
     k = self._batch_size
 
@@ -269,7 +269,7 @@ class DartThrower(BatchDrawer):
       return tf.logical_and(tf.reduce_any(count < k), thrown < max_darts)
 
     def throw_block(thrown, block, accepted, count):
-      darts = self._darts(stream, thrown, tf.minimum(block, max_darts - thrown), pi_cdf)
+      darts = self._darts(streams, thrown, tf.minimum(block, max_darts - thrown), pi_cdf)
       accepted, count, settled, survival = self._accept(darts, accepted, count, radius_scale)
       return thrown + settled, self._next_block(survival, count), accepted, count
 
@@ -318,43 +318,44 @@ class DartThrower(BatchDrawer):
     last = tf.shape(pi, out_type=tf.int32)[-1] - 1 - last_from_the_end
     return cdf, last
 
-  def _dart_stream(self, draw_key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Philox (key, counter) of the draw's darts."""
-    return tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.random.experimental.stateless_fold_in(draw_key, 1))
+  def _dart_streams(self, draw_key: tf.Tensor) -> list[tuple[tf.Tensor, tf.Tensor]]:
+    """Philox (key, counter) of the draw's dart streams: the points, or (darts by mingling value) values and members."""
+    return [tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.random.experimental.stateless_fold_in(draw_key, stream))
+            for stream in range(1, 2 if self._plan.pi is None else 3)]
 
-  def _darts(self, stream: tuple[tf.Tensor, tf.Tensor], start: tf.Tensor, size: tf.Tensor,
+  def _darts(self, streams: list[tuple[tf.Tensor, tf.Tensor]], start: tf.Tensor, size: tf.Tensor,
              pi_cdf: tuple[tf.Tensor, tf.Tensor] | None) -> tf.Tensor:
     """`[S, size]` darts `start` ... `start + size - 1` of every step of the draw (`start` divisible by 4).
 
-    Dart j of the draw's step s is element j * S + s of the stream: one Philox counter gives 4
+    Dart j of the draw's step s is element j * S + s of each stream: one Philox counter gives 4
     int32 or 2 float64 draws, so a block's draws begin at counter start * S / 4 (or / 2) and the
     darts do not depend on how the budget is cut into blocks.
     """
     steps = self.steps_per_draw
-    key, counter = stream
-    shape = tf.reshape(size * steps, [1])
-    if pi_cdf is None:
-      offset = tf.stack([tf.cast(start * steps // 4, tf.uint64), tf.constant(0, tf.uint64)])
-      flat = tf.raw_ops.StatelessRandomUniformIntV2(shape=shape, key=key, counter=counter + offset, alg=_PHILOX,
-                                                    minval=tf.constant(0), maxval=tf.constant(self._num_points))
+
+    def draws(stream, dtype, **bounds):
+      key, counter = streams[stream]
+      per_counter = 4 if dtype == tf.int32 else 2
+      offset = tf.stack([tf.cast(start * steps // per_counter, tf.uint64), tf.constant(0, tf.uint64)])
+      shape = tf.reshape(size * steps, [1])
+      if dtype == tf.int32:
+        flat = tf.raw_ops.StatelessRandomUniformIntV2(shape=shape, key=key, counter=counter + offset, alg=_PHILOX,
+                                                      **bounds)
+      else:
+        flat = tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=counter + offset, alg=_PHILOX,
+                                                   dtype=dtype)
       return tf.transpose(tf.reshape(flat, [size, steps]))
-    offset = tf.stack([tf.cast(start * steps // 2, tf.uint64), tf.constant(0, tf.uint64)])
-    flat = tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=counter + offset, alg=_PHILOX,
-                                               dtype=tf.float64)
-    uniform = tf.transpose(tf.reshape(flat, [size, steps]))
-    # One uniform number per dart gives both its mingling value, by the inverse CDF, and its point
-    # among those with that value: given the value, where the number fell within the value's
-    # interval of the CDF is again uniform. (Not `stateless_categorical`: its CPU kernel gives each
-    # shard of rows a differently offset random stream, so its draws depend on how many threads run
-    # it; the stream and `batch_indices` ran it with different thread pools and disagreed from
-    # k = 128 on.)
+
+    if pi_cdf is None:
+      return draws(0, tf.int32, minval=tf.constant(0), maxval=tf.constant(self._num_points))
+    # Inverse-CDF sampling of the mingling value, elementwise from the key. (Not
+    # `stateless_categorical`: its CPU kernel gives each shard of rows a differently offset random
+    # stream, so its draws depend on how many threads run it; the stream and `batch_indices` ran
+    # it with different thread pools and disagreed from k = 128 on.)
     cdf, last = pi_cdf
-    value = tf.minimum(tf.searchsorted(cdf, uniform, side="right", out_type=tf.int32), last[:, None])
-    upper = tf.gather(cdf, value, batch_dims=1)
-    lower = tf.gather(tf.pad(cdf[:, :-1], [[0, 0], [1, 0]]), value, batch_dims=1)
-    within = (uniform - lower) / (upper - lower)
+    value = tf.minimum(tf.searchsorted(cdf, draws(0, tf.float64), side="right", out_type=tf.int32), last[:, None])
     counts = tf.gather(self._value_counts, value)
-    member = tf.cast(tf.clip_by_value(tf.floor(within * counts), 0.0, counts - 1.0), tf.int32)
+    member = tf.cast(tf.minimum(tf.floor(draws(1, tf.float64) * counts), counts - 1.0), tf.int32)
     return tf.gather(self._points_by_value, tf.gather(self._value_offsets, value) + member)
 
   def _sq_distances_between(self, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:

@@ -286,14 +286,15 @@ def test_building_holds_the_data_about_once():
   assert float(steady) <= 1.2 + 0.04
 
 
+@pytest.mark.parametrize("label_kind", ["class", "target"])
 @pytest.mark.parametrize("structure", ["pair", "triple", "multi_input", "dict", "single"])
-def test_chunked_reading_of_the_conventions_equals_reading_element_by_element(structure):
+def test_chunked_reading_of_the_conventions_equals_reading_element_by_element(structure, label_kind):
   # The conventions read chunks of elements at once; the same selection given as functions is
   # read element by element. Both must give the same elements, features and labels.
   rng = np.random.default_rng(0)
   n = 700  # not a multiple of the chunk size in either
   x, x2, w = rng.normal(size=(n, 3, 2)).astype(np.float32), rng.integers(0, 5, (n,)).astype(np.uint8), rng.random(n)
-  y = rng.integers(0, 4, n)
+  y = rng.integers(0, 4, n) if label_kind == "class" else rng.normal(size=n).astype(np.float32)
   elements, feature_fn, label_fn = {
       "pair": ((x, y), lambda x, y: x, lambda x, y: y),
       "triple": ((x, y, w), lambda x, y, w: x, lambda x, y, w: y),
@@ -303,14 +304,15 @@ def test_chunked_reading_of_the_conventions_equals_reading_element_by_element(st
   }[structure]
   dataset = tf.data.Dataset.from_tensor_slices(elements)
   needs_labels = label_fn is not None
-  chunked = _reading.materialize(dataset, None, None, needs_labels, 10**6, False)
+  chunked = _reading.materialize(dataset, None, None, needs_labels, 10**6, False, label_kind)
   if structure == "multi_input":
     feature_fn = lambda x, y: (x[0], x[1])  # noqa: E731 (every numeric input, as the convention)
-  single = _reading.materialize(dataset, feature_fn, label_fn, needs_labels, 10**6, False)
+  single = _reading.materialize(dataset, feature_fn, label_fn, needs_labels, 10**6, False, label_kind)
   assert chunked.features.shape == (n, 6 + (structure == "multi_input"))
   np.testing.assert_array_equal(chunked.features, single.features)
   for read, expected in zip(tf.nest.flatten(chunked.elements), tf.nest.flatten(single.elements)):
     np.testing.assert_array_equal(read, expected)
   if needs_labels:
     np.testing.assert_array_equal(chunked.labels, single.labels)
+    assert chunked.labels.dtype == (np.int64 if label_kind == "class" else np.float64)
     np.testing.assert_array_equal(chunked.labels, y)

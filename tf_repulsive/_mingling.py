@@ -69,6 +69,15 @@ class MinglingValues:
   target_gap: float | None = None
 
 
+def checked_target_gap_quantile(quantile: object) -> float:
+  """`target_gap_quantile` as a float in (0, 1), or a TypeError / ValueError naming it."""
+  number = _checks.real(quantile, "target_gap_quantile", positive=True,
+                        type_hint="a number in (0, 1), e.g. 0.9, or None (class labels)")
+  if not number < 1.0:
+    raise ValueError(f"`target_gap_quantile` must be in (0, 1), e.g. 0.9; got {quantile}.")
+  return number
+
+
 def _validated(features: np.ndarray, labels: np.ndarray, neighbors: int,
                target_gap_quantile: float | None) -> tuple[np.ndarray, np.ndarray]:
   features = np.asarray(features)
@@ -88,9 +97,7 @@ def _validated(features: np.ndarray, labels: np.ndarray, neighbors: int,
         f"`labels` must be integer class ids; got dtype {labels.dtype}. Convert one-hot labels with argmax, "
         "or pass `target_gap_quantile` for real-valued regression targets.")
   if target_gap_quantile is not None:
-    _checks.real(target_gap_quantile, "target_gap_quantile", positive=False)
-    if not 0.0 < target_gap_quantile < 1.0:
-      raise ValueError(f"`target_gap_quantile` must be in (0, 1), e.g. 0.9; got {target_gap_quantile}.")
+    checked_target_gap_quantile(target_gap_quantile)
     if not np.issubdtype(labels.dtype, np.number) or np.issubdtype(labels.dtype, np.complexfloating):
       raise TypeError(f"`labels` must be real-valued regression targets; got dtype {labels.dtype}.")
     labels = labels.astype(np.float64)

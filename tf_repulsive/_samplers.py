@@ -125,11 +125,7 @@ class _MinglingPDS(DiskSampler):
     _check_radius(self.radius)
     _checks.count_fields(self, "neighbors", "max_darts")
     if self.target_gap_quantile is not None:
-      quantile = _checks.real(self.target_gap_quantile, "target_gap_quantile", positive=True,
-                              type_hint="a number in (0, 1), e.g. 0.9, or None (class labels)")
-      if not quantile < 1.0:
-        raise ValueError(f"`target_gap_quantile` must be in (0, 1), e.g. 0.9; got {self.target_gap_quantile}.")
-      object.__setattr__(self, "target_gap_quantile", quantile)
+      object.__setattr__(self, "target_gap_quantile", _mingling.checked_target_gap_quantile(self.target_gap_quantile))
 
   def _mingling(self, context: SamplingContext) -> _mingling.MinglingValues:
     num_points = context.features.shape[0]

@@ -1,6 +1,4 @@
-"""The blocked dart thrower against the sequential algorithm of the paper: dart for dart, or in law."""
-
-import collections
+"""The blocked dart thrower against the sequential algorithm of the paper, dart for dart."""
 
 import numpy as np
 import pytest
@@ -25,11 +23,12 @@ def _batch(thrower, step):
   return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
 
 
-def _thrown_darts(thrower, step):
-  """Every uniform dart `draw` may throw for `step`, in order (same stateless calls as the thrower)."""
+def _thrown_darts(thrower, step, pi=None):
+  """Every dart `draw` may throw for `step`, in order (same stateless calls as the thrower)."""
   steps_per_draw = thrower.steps_per_draw
   draw_key = tf.random.experimental.stateless_fold_in(KEY, tf.constant(step // steps_per_draw, tf.int64))
-  darts = thrower._darts(thrower._dart_streams(draw_key), 0, thrower._plan.max_darts)
+  pi_cdf = None if pi is None else thrower._effective_cdf(tf.tile(pi[None], [steps_per_draw, 1]))
+  darts = thrower._darts(thrower._dart_streams(draw_key), 0, thrower._plan.max_darts, pi_cdf)
   return darts.numpy()[step % steps_per_draw]
 
 
@@ -69,71 +68,18 @@ def test_equals_sequential_dart_throwing_with_mixed_radii(cache_bytes, batch_siz
     assert fallback == batch_size - len(expected)
 
 
-def _sequential_law(points, radius, weights, k):
-  """{ordered batch: probability} of sequential dart throwing with darts of `weights`, unlimited darts.
-
-  The next accepted point is a point outside every accepted disk, with probability proportional to
-  its weight; requires every maximal packing to hold k points.
-  """
-  law = {}
-
-  def extend(batch, probability):
-    if len(batch) == k:
-      law[tuple(batch)] = probability
-      return
-    open_points = [i for i in range(len(points)) if weights[i] > 0 and all(
-        np.linalg.norm(points[i] - points[j]) >= radius for j in batch)]
-    assert open_points, "the packing ends before k points"
-    total = sum(weights[i] for i in open_points)
-    for i in open_points:
-      extend(batch + [i], probability * weights[i] / total)
-
-  extend([], 1.0)
-  return law
-
-
-def _chisquare_against(law, samples):
-  """Chi-square p-value of sampled ordered batches against `law`, cells expected below 5 pooled."""
-  observed = collections.Counter(samples)
-  assert set(observed) <= set(law)
-  expected = np.array([law[batch] for batch in law]) * len(samples)
-  counts = np.array([observed[batch] for batch in law])
-  small = expected < 5
-  if small.any():
-    expected = np.append(expected[~small], expected[small].sum())
-    counts = np.append(counts[~small], counts[small].sum())
-  return stats.chisquare(counts, expected).pvalue
-
-
-@pytest.mark.parametrize("pi, survivors_over_target", [([0.5, 0.3, 0.2], 2), ([0.05, 0.15, 0.8], 1)])
-def test_darts_by_mingling_value_accept_the_law_of_sequential_dart_throwing(monkeypatch, pi, survivors_over_target):
-  # At most 4 survivors settled per block (instead of 8) cuts blocks short; their later darts are
-  # drawn afresh from the batch as it then is.
-  monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVORS_OVER_TARGET", survivors_over_target)
-  # Seven points on a line, neighbours in conflict (radius 1.5): every maximal packing holds 3.
-  # Value 0 is one point, value 1 two: most darts by value would hit a point already taken.
-  points = np.stack([np.arange(7), np.zeros(7)], axis=1).astype(np.float32)
-  mingling_values = np.array([1, 2, 2, 0, 2, 2, 1])
-  thrower = _dart_throwing.DartThrower(points, _plan(np.full(7, 1.5), 256, mingling_values, pi), 3)
-  draw = thrower.traced_draw()
-  samples = []
-  for first_step in range(0, 20000, thrower.steps_per_draw):
-    indices, fallback = draw(KEY, tf.constant(first_step, tf.int64))
-    assert not fallback.numpy().any()
-    samples += [tuple(row) for row in indices.numpy().tolist()]
-  weights = np.asarray(pi)[mingling_values] / np.bincount(mingling_values)[mingling_values]
-  assert _chisquare_against(_sequential_law(points, 1.5, weights, 3), samples) > 1e-3
-
-
-def test_darts_by_mingling_value_stop_when_every_point_with_mass_is_taken():
-  points = _grid(10)
-  mingling_values = np.zeros(100, np.int64)
-  mingling_values[[3, 40, 77]] = 1
-  # pi only on value 1: its three points, then the fill (without throwing the budget's darts).
-  thrower = _dart_throwing.DartThrower(points, _plan(np.full(100, 0.5), 10**9, mingling_values, [0.0, 1.0]), 10)
-  indices, fallback = thrower.draw(KEY, tf.constant(0, tf.int64))
-  assert fallback.numpy().tolist() == [7] * thrower.steps_per_draw
-  assert all(sorted(row[:3]) == [3, 40, 77] and len(set(row)) == 10 for row in indices.numpy().tolist())
+def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value():
+  points = _grid(25)
+  rng = np.random.default_rng(3)
+  mingling_values = rng.integers(0, 4, len(points))
+  pi = [0.1, 0.2, 0.3, 0.4]
+  radius = np.full(len(points), 1.5)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300, mingling_values, pi), 30)
+  pi = thrower.pi(tf.constant(0, tf.int64))
+  for step in range(5):
+    indices, _ = _batch(thrower, step)
+    expected = _sequential(_thrown_darts(thrower, step, pi), points, radius, 30)
+    assert indices[:len(expected)].tolist() == expected
 
 
 @pytest.mark.parametrize("survivor_target", [4, 512])
@@ -154,61 +100,51 @@ def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(mo
     assert traced.numpy()[step % thrower.steps_per_draw].tolist() == indices.tolist()
 
 
-def test_uniform_darts_are_the_same_whatever_the_blocks():
-  thrower = _dart_throwing.DartThrower(_grid(10), _plan(np.full(100, 1.5), 400), 7)
+@pytest.mark.parametrize("pi", [None, [0.5, 0.5]])
+def test_darts_are_the_same_whatever_the_blocks(pi):
+  points = _grid(10)
+  mingling_values = None if pi is None else np.arange(100) % 2
+  thrower = _dart_throwing.DartThrower(points, _plan(np.full(100, 1.5), 400, mingling_values, pi), 7)
   assert thrower.steps_per_draw == 16
+  pi_cdf = None if pi is None else thrower._effective_cdf(tf.constant([pi] * 16, tf.float64))
   streams = thrower._dart_streams(tf.constant([3, 4], tf.int64))
-  darts = lambda start, size: thrower._darts(streams, tf.constant(start), tf.constant(size)).numpy()  # noqa: E731
+  darts = lambda start, size: thrower._darts(streams, tf.constant(start), tf.constant(size), pi_cdf).numpy()  # noqa: E731
   whole = darts(0, 400)
   np.testing.assert_array_equal(whole, np.concatenate([darts(0, 12), darts(12, 300), darts(312, 88)], axis=1))
   # Different steps of the draw get different darts.
   assert len({tuple(row) for row in whole.tolist()}) == 16
 
 
-def test_uniform_darts_are_independent_and_uniform_over_the_points():
+def test_darts_are_independent_and_uniform_over_the_points_and_follow_pi():
   # The darts' law is what makes the blocks exact dart throwing: i.i.d. uniform points (a block
-  # whose Philox counters overlapped another's would repeat its darts).
-  num_points = 100
-  thrower = _dart_throwing.DartThrower(_grid(10), _plan(np.full(num_points, 1.5), 400), 7)
-  darts = np.concatenate([
-      thrower._darts(thrower._dart_streams(tf.constant([5, draw], tf.int64)), tf.constant(start),
-                     tf.constant(100)).numpy()
-      for draw in range(5) for start in range(0, 400, 100)])  # [20 * 16, 100]: 32000 darts
-  assert stats.chisquare(np.bincount(darts.ravel(), minlength=num_points)).pvalue > 1e-3
-  # Consecutive darts of a step are independent: their pairs are uniform over the 100^2 pairs.
-  pairs = darts[:, :-1] * num_points + darts[:, 1:]
-  assert stats.chisquare(np.bincount(pairs.ravel(), minlength=num_points**2)).pvalue > 1e-3
-
-
-def test_darts_by_value_follow_pi_over_the_points_not_in_the_batch():
-  # A dart by value is a point not in the batch with probability proportional to pi_m / count_m.
+  # whose Philox counters overlapped another's would repeat its darts), or for Dense/Anneal PDS a
+  # mingling value drawn from pi, then a uniform point with that value.
   num_points = 100
   pi = np.array([0.1, 0.2, 0.3, 0.4])
   values = np.arange(num_points) % 4
-  thrower = _dart_throwing.DartThrower(_grid(10), _plan(np.full(num_points, 1.5), 400, values, pi.tolist()), 7)
-  steps = thrower.steps_per_draw
-  # Step s holds points s ... s + 6 (two or one of each value), the last two slots free.
-  accepted = tf.constant(np.arange(steps)[:, None] + np.arange(7)[None, :], tf.int32)
-  count = tf.fill([steps], 5)
-  proposal = thrower._proposal(tf.constant([pi] * steps, tf.float64), accepted, count)
-  darts = np.concatenate([
-      thrower._darts_by_value(thrower._dart_streams(tf.constant([5, draw], tf.int64)), tf.constant(start),
-                              tf.constant(100), proposal, accepted).numpy()
-      for draw in range(5) for start in range(0, 400, 100)], axis=1)  # [16, 2000]
-  for step, row in enumerate(darts):
-    taken = np.arange(step, step + 5)
-    weights = pi[values] / 25
-    weights[taken] = 0
-    counts = np.bincount(row, minlength=num_points)
-    assert counts[taken].sum() == 0
-    assert stats.chisquare(counts[weights > 0], weights[weights > 0] / weights.sum() * row.size).pvalue > 1e-4
-  # Consecutive darts' values are independent.
-  free_pi = pi * (25 - np.bincount(values[:5], minlength=4)) / 25
-  free_pi /= free_pi.sum()
-  first = darts[0]
-  pairs = values[first[:-1]] * 4 + values[first[1:]]
-  pair_counts = np.bincount(pairs, minlength=16)
-  assert stats.chisquare(pair_counts, np.outer(free_pi, free_pi).ravel() * pair_counts.sum()).pvalue > 1e-3
+  for plan in (_plan(np.full(num_points, 1.5), 400), _plan(np.full(num_points, 1.5), 400, values, pi.tolist())):
+    thrower = _dart_throwing.DartThrower(_grid(10), plan, 7)
+    pi_cdf = None if plan.pi is None else thrower._effective_cdf(tf.constant([pi] * 16, tf.float64))
+    darts = np.concatenate([
+        thrower._darts(thrower._dart_streams(tf.constant([5, draw], tf.int64)), tf.constant(start), tf.constant(100),
+                       pi_cdf).numpy()
+        for draw in range(5) for start in range(0, 400, 100)])  # [20 * 16, 100]: 32000 darts
+    if plan.pi is None:
+      assert stats.chisquare(np.bincount(darts.ravel(), minlength=num_points)).pvalue > 1e-3
+      # Consecutive darts of a step are independent: their pairs are uniform over the 100^2 pairs.
+      pairs = darts[:, :-1] * num_points + darts[:, 1:]
+      assert stats.chisquare(np.bincount(pairs.ravel(), minlength=num_points**2)).pvalue > 1e-3
+    else:
+      counts = np.bincount(values[darts.ravel()], minlength=4)
+      assert stats.chisquare(counts, pi * counts.sum()).pvalue > 1e-3
+      # Consecutive darts' values are independent: their pairs follow pi x pi.
+      pairs = values[darts[:, :-1]] * 4 + values[darts[:, 1:]]
+      pair_counts = np.bincount(pairs.ravel(), minlength=16)
+      assert stats.chisquare(pair_counts, np.outer(pi, pi).ravel() * pair_counts.sum()).pvalue > 1e-3
+      # Within a value, uniform over its 25 points.
+      for value in range(4):
+        chosen = darts.ravel()[values[darts.ravel()] == value] // 4
+        assert stats.chisquare(np.bincount(chosen, minlength=25)).pvalue > 1e-3
 
 
 def test_fallback_fills_distinct_points_when_the_radius_is_too_large():

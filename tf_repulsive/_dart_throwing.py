@@ -4,11 +4,9 @@ The sequential algorithm (paper, section 4 and Algorithm 1) throws one dart at a
 it unless it lies inside the disk of an accepted point. Here darts are thrown in blocks: a block
 is tested against the accepted set with one Gram matrix, the darts that survive are compacted,
 conflicts among them are resolved with matrix ops in dart order, and the result is exactly what
-the sequential loop accepts from the same darts. A uniform dart j of a step is fixed by (key,
-step, j) alone, so block sizes adapt to the acceptance rate without changing which darts are
-thrown; darts by mingling value are drawn among the points not yet in the batch, which accepts
-the same law of batches (see `_ValueProposal`). Work per batch is O(darts * accepted * d),
-independent of the dataset size N.
+the sequential loop accepts from the same darts. Dart j of a step is fixed by (key, step, j)
+alone, so block sizes adapt to the acceptance rate without changing which darts are thrown. Work
+per batch is O(darts * accepted * d), independent of the dataset size N.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import copy
 import dataclasses
 import functools
 import math
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -143,16 +141,10 @@ class DartThrower(BatchDrawer):
     if plan.pi is not None:
       if plan.mingling_values is None:
         raise ValueError("a DartPlan with `pi` needs the `mingling_values` of the points.")
-      # The points sorted by value, each value's run starting at its offset; a point's position
-      # in that order (how the draw finds a value's members not yet in the batch).
       order = np.argsort(plan.mingling_values, kind="stable")
       counts = np.bincount(plan.mingling_values, minlength=plan.num_mingling_values)
-      position = np.empty(num_points, np.int32)
-      position[order] = np.arange(num_points, dtype=np.int32)
       self._points_by_value = tf.constant(order.astype(np.int32))
-      self._position_by_value = tf.constant(position)
-      self._value_counts = tf.constant(counts.astype(np.int32))
-      self._point_weight_per_pi = tf.constant(np.where(counts > 0, 1.0 / np.maximum(counts, 1), 0.0))
+      self._value_counts = tf.constant(counts.astype(np.float64))
       self._value_offsets = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))
     # A block aims for enough survivors to fill what a step still needs (a quarter more, for the
     # ones that block each other), up to `_MAX_SURVIVOR_TARGET`; it settles at most twice that.
@@ -261,46 +253,30 @@ class DartThrower(BatchDrawer):
   def _draw(self, key: tf.Tensor, first_step: tf.Tensor, radius_scale: tf.Tensor,
             max_darts: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     draw_key = tf.random.experimental.stateless_fold_in(key, first_step // self.steps_per_draw)
-    streams = self._dart_streams(draw_key)
-    max_darts = tf.convert_to_tensor(max_darts, tf.int32)
-    k = self._batch_size
-    accepted = tf.zeros([self.steps_per_draw, k], tf.int32)
-    count = tf.zeros([self.steps_per_draw], tf.int32)
-    by_value = self._plan.pi is not None
-    pi = None
-    # Uniform darts need no proposal (the loop carries an empty one).
-    proposal: _ValueProposal | tuple[()] = ()
-    if by_value:
+    pi_cdf = None
+    if self._plan.pi is not None:
       # One vectorised evaluation of the schedule for all steps of the draw (a loop for
       # schedules whose ops TensorFlow cannot vectorise).
       # (`identity`: the loop's outputs must be its own ops, also for a constant pi.)
-      pi = self._present_pi(tf.vectorized_map(
+      pi_cdf = self._effective_cdf(tf.vectorized_map(
           lambda step: tf.identity(self.pi(step)), first_step + tf.range(self.steps_per_draw, dtype=tf.int64)))
-      proposal = self._proposal(pi, accepted, count)
+    streams = self._dart_streams(draw_key)
+    max_darts = tf.convert_to_tensor(max_darts, tf.int32)
+    k = self._batch_size
 
-    # `drawn` counts the random numbers used by darts by value, settled or not: a block's proposal
-    # depends on the batch so far, so darts a block did not settle are drawn again from fresh
-    # numbers (see `_ValueProposal`).
-    def keep_throwing(thrown, drawn, block, accepted, count, proposal):
-      del drawn, block, accepted
-      throwing = tf.logical_and(count < k, proposal.open) if by_value else count < k
-      return tf.logical_and(tf.reduce_any(throwing), thrown < max_darts)
+    def keep_throwing(thrown, block, accepted, count):
+      del block, accepted
+      return tf.logical_and(tf.reduce_any(count < k), thrown < max_darts)
 
-    def throw_block(thrown, drawn, block, accepted, count, proposal):
-      size = tf.minimum(block, max_darts - thrown)
-      if by_value:
-        darts = self._darts_by_value(streams, drawn, size, proposal, accepted)
-      else:
-        darts = self._darts(streams, thrown, size)
+    def throw_block(thrown, block, accepted, count):
+      darts = self._darts(streams, thrown, tf.minimum(block, max_darts - thrown), pi_cdf)
       accepted, count, settled, survival = self._accept(darts, accepted, count, radius_scale)
-      if by_value:
-        proposal = self._proposal(pi, accepted, count)
-      drawn += (size + _DART_ALIGN - 1) // _DART_ALIGN * _DART_ALIGN
-      return thrown + settled, drawn, self._next_block(survival, count), accepted, count, proposal
+      return thrown + settled, self._next_block(survival, count), accepted, count
 
     # Every block settles at least one dart, so at most `max_darts` blocks run.
-    start = (tf.constant(0), tf.constant(0), tf.constant(self._survivor_target), accepted, count, proposal)
-    _, _, _, accepted, count, _ = tf.while_loop(keep_throwing, throw_block, start, maximum_iterations=max_darts)
+    start = (tf.constant(0), tf.constant(self._survivor_target),
+             tf.zeros([self.steps_per_draw, k], tf.int32), tf.zeros([self.steps_per_draw], tf.int32))
+    _, _, accepted, count = tf.while_loop(keep_throwing, throw_block, start, maximum_iterations=max_darts)
     indices = tf.cond(
         tf.reduce_any(count < k),
         lambda: self._fill_uniformly(draw_key, accepted, count),
@@ -325,69 +301,62 @@ class DartThrower(BatchDrawer):
     rows = tf.cast(tf.minimum(tf.math.ceil(rows / _DART_ALIGN) * _DART_ALIGN, tf.cast(max_rows, tf.float32)), tf.int32)
     return tf.maximum(rows, _DART_ALIGN)
 
-  def _present_pi(self, pi: tf.Tensor) -> tf.Tensor:
-    """pi (`[S, K + 1]`, float64) without the mingling values no point has; asserts mass remains."""
-    pi = tf.where(self._value_counts > 0, tf.cast(pi, tf.float64), 0.0)
-    check = tf.debugging.assert_positive(
-        tf.reduce_sum(pi, axis=-1), message="the mingling distribution pi puts no mass on a mingling value that occurs")
-    with tf.control_dependencies([check]):
-      return tf.identity(pi)
+  def _effective_cdf(self, pi: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """pi (`[S, K + 1]`) over the mingling values that occur in the data, as a CDF per step.
 
-  def _proposal(self, pi: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor) -> _ValueProposal:
-    """The law of the next block's darts by value: every point not in its step's batch, weight pi_m / count_m."""
-    slots = tf.range(self._batch_size)
-    # Each step's batch as sorted positions in the by-value order; free slots hold N + slot, so
-    # that position - slot, the number of points not taken below a taken one, stays sorted.
-    taken = tf.sort(tf.where(slots[None, :] < count[:, None], tf.gather(self._position_by_value, accepted),
-                             self._num_points + slots[None, :]), axis=1)
-    offsets = tf.broadcast_to(self._value_offsets, tf.shape(pi))
-    taken_before = tf.searchsorted(taken, offsets, side="left", out_type=tf.int32)
-    taken_by_value = tf.concat([taken_before[:, 1:], count[:, None]], axis=1) - taken_before
-    free = self._value_counts - taken_by_value
-    weights = pi * self._point_weight_per_pi * tf.cast(free, tf.float64)
-    total = tf.reduce_sum(weights, axis=1, keepdims=True)
-    cdf = tf.cumsum(weights / tf.where(total > 0.0, total, 1.0), axis=1)
-    last_from_the_end = tf.argmax(tf.reverse(weights > 0.0, axis=[1]), axis=1, output_type=tf.int32)
-    last = tf.shape(weights, out_type=tf.int32)[1] - 1 - last_from_the_end
-    return _ValueProposal(cdf=cdf, last=last, free=free, first_free=offsets - taken_before,
-                          free_below_taken=taken - slots[None, :], open=total[:, 0] > 0.0)
+    Returns the CDF and, per step, the last value with positive mass (where a uniform number that
+    rounding puts past the CDF's last entry belongs).
+    """
+    pi = tf.cast(pi, tf.float64)
+    pi = tf.where(self._value_counts > 0, pi, tf.zeros_like(pi))
+    total = tf.reduce_sum(pi, axis=-1, keepdims=True)
+    check = tf.debugging.assert_positive(
+        total, message="the mingling distribution pi puts no mass on a mingling value that occurs")
+    with tf.control_dependencies([check]):
+      cdf = tf.cumsum(pi / total, axis=-1)
+    last_from_the_end = tf.argmax(tf.reverse(pi > 0.0, axis=[-1]), axis=-1, output_type=tf.int32)
+    last = tf.shape(pi, out_type=tf.int32)[-1] - 1 - last_from_the_end
+    return cdf, last
 
   def _dart_streams(self, draw_key: tf.Tensor) -> list[tuple[tf.Tensor, tf.Tensor]]:
     """Philox (key, counter) of the draw's dart streams: the points, or (darts by mingling value) values and members."""
     return [tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.random.experimental.stateless_fold_in(draw_key, stream))
             for stream in range(1, 2 if self._plan.pi is None else 3)]
 
-  def _darts(self, streams: list[tuple[tf.Tensor, tf.Tensor]], start: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
-    """`[S, size]` uniform darts `start` ... `start + size - 1` of every step of the draw (`start` divisible by 4).
+  def _darts(self, streams: list[tuple[tf.Tensor, tf.Tensor]], start: tf.Tensor, size: tf.Tensor,
+             pi_cdf: tuple[tf.Tensor, tf.Tensor] | None) -> tf.Tensor:
+    """`[S, size]` darts `start` ... `start + size - 1` of every step of the draw (`start` divisible by 4).
 
-    Dart j of the draw's step s is element j * S + s of the stream: one Philox counter gives 4
-    int32 draws, so a block's draws begin at counter start * S / 4 and the darts do not depend on
-    how the budget is cut into blocks.
-    """
-    return _stream_draws(streams[0], self.steps_per_draw, start, size, tf.int32, minval=tf.constant(0),
-                         maxval=tf.constant(self._num_points))
-
-  def _darts_by_value(self, streams: list[tuple[tf.Tensor, tf.Tensor]], start: tf.Tensor, size: tf.Tensor,
-                      proposal: _ValueProposal, accepted: tf.Tensor) -> tf.Tensor:
-    """`[S, size]` darts from `proposal`, from element `start` (divisible by 2) of the value and member streams.
-
-    Inverse-CDF sampling of the mingling value, elementwise from the key. (Not
-    `stateless_categorical`: its CPU kernel gives each shard of rows a differently offset random
-    stream, so its draws depend on how many threads run it; the stream and `batch_indices` ran it
-    with different thread pools and disagreed from k = 128 on.) Then the member: the j-th point of
-    that value not in the batch is the j-th free position of its run in the by-value order.
+    Dart j of the draw's step s is element j * S + s of each stream: one Philox counter gives 4
+    int32 or 2 float64 draws, so a block's draws begin at counter start * S / 4 (or / 2) and the
+    darts do not depend on how the budget is cut into blocks.
     """
     steps = self.steps_per_draw
-    value = tf.minimum(tf.searchsorted(proposal.cdf, _stream_draws(streams[0], steps, start, size, tf.float64),
-                                       side="right", out_type=tf.int32), proposal.last[:, None])
-    free = tf.gather(proposal.free, value, batch_dims=1)
-    member = tf.cast(tf.minimum(tf.floor(_stream_draws(streams[1], steps, start, size, tf.float64) *
-                                         tf.cast(free, tf.float64)), tf.cast(free - 1, tf.float64)), tf.int32)
-    free_index = tf.gather(proposal.first_free, value, batch_dims=1) + member
-    position = free_index + tf.searchsorted(proposal.free_below_taken, free_index, side="right", out_type=tf.int32)
-    darts = tf.gather(self._points_by_value, tf.clip_by_value(position, 0, self._num_points - 1))
-    # A step whose batch holds every point with mass throws its first point, which is rejected.
-    return tf.where(proposal.open[:, None], darts, accepted[:, :1])
+
+    def draws(stream, dtype, **bounds):
+      key, counter = streams[stream]
+      per_counter = 4 if dtype == tf.int32 else 2
+      offset = tf.stack([tf.cast(start * steps // per_counter, tf.uint64), tf.constant(0, tf.uint64)])
+      shape = tf.reshape(size * steps, [1])
+      if dtype == tf.int32:
+        flat = tf.raw_ops.StatelessRandomUniformIntV2(shape=shape, key=key, counter=counter + offset, alg=_PHILOX,
+                                                      **bounds)
+      else:
+        flat = tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=counter + offset, alg=_PHILOX,
+                                                   dtype=dtype)
+      return tf.transpose(tf.reshape(flat, [size, steps]))
+
+    if pi_cdf is None:
+      return draws(0, tf.int32, minval=tf.constant(0), maxval=tf.constant(self._num_points))
+    # Inverse-CDF sampling of the mingling value, elementwise from the key. (Not
+    # `stateless_categorical`: its CPU kernel gives each shard of rows a differently offset random
+    # stream, so its draws depend on how many threads run it; the stream and `batch_indices` ran
+    # it with different thread pools and disagreed from k = 128 on.)
+    cdf, last = pi_cdf
+    value = tf.minimum(tf.searchsorted(cdf, draws(0, tf.float64), side="right", out_type=tf.int32), last[:, None])
+    counts = tf.gather(self._value_counts, value)
+    member = tf.cast(tf.minimum(tf.floor(draws(1, tf.float64) * counts), counts - 1.0), tf.int32)
+    return tf.gather(self._points_by_value, tf.gather(self._value_offsets, value) + member)
 
   def _sq_distances_between(self, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
     """`[S, rows, cols]` shrunk squared distances per step."""
@@ -557,51 +526,6 @@ class DartThrower(BatchDrawer):
       fresh = tf.math.top_k(scores, self._batch_size).indices
       position = tf.maximum(tf.range(self._batch_size)[None, :] - count[:, None], 0)
       return tf.where(occupied, accepted, tf.gather(fresh, position, batch_dims=1))
-
-
-class _ValueProposal(NamedTuple):
-  """Where a block's darts by value come from: random sequential adsorption over the points not in the batch.
-
-  Dart throwing accepts the first dart outside every disk, and a dart is a point with weight
-  w_i = pi_m / count_m for its mingling value m; so the next accepted point is the point outside
-  the disks with probability proportional to w_i, whatever weight the darts give the points
-  inside. Drawing only among the points not yet in the batch (which are inside their own disk)
-  therefore accepts the same law of batches, without the darts that would hit them again: with
-  pi on a value of few points, most darts would. A block's darts come from the batch as it was
-  when the block began; conflicts among them are settled as always.
-
-  Attributes (per step of the draw):
-    cdf: `[S, K + 1]` float64 CDF over the values of pi_m times the share of m's points not taken.
-    last: `[S]` the last value with mass (for a number past the CDF's end by rounding).
-    free: `[S, K + 1]` int32 points of each value not in the batch.
-    first_free: `[S, K + 1]` int32 rank of a value's first point not taken among all points not taken.
-    free_below_taken: `[S, k]` int32, for the batch's positions in the by-value order sorted, the
-      number of positions below each that are not taken (N for free slots).
-    open: `[S]` bool, some point with mass is not in the batch yet.
-  """
-
-  cdf: tf.Tensor
-  last: tf.Tensor
-  free: tf.Tensor
-  first_free: tf.Tensor
-  free_below_taken: tf.Tensor
-  open: tf.Tensor
-
-
-def _stream_draws(stream: tuple[tf.Tensor, tf.Tensor], steps: int, start: tf.Tensor, size: tf.Tensor,
-                  dtype: tf.DType, **bounds: tf.Tensor) -> tf.Tensor:
-  """`[steps, size]` elements `start * steps` ... of a Philox (key, counter) stream, element j * steps + s at [s, j]."""
-  key, counter = stream
-  per_counter = 4 if dtype == tf.int32 else 2
-  offset = tf.stack([tf.cast(start * steps // per_counter, tf.uint64), tf.constant(0, tf.uint64)])
-  shape = tf.reshape(size * steps, [1])
-  if dtype == tf.int32:
-    flat = tf.raw_ops.StatelessRandomUniformIntV2(shape=shape, key=key, counter=counter + offset, alg=_PHILOX,
-                                                  **bounds)
-  else:
-    flat = tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=counter + offset, alg=_PHILOX,
-                                               dtype=dtype)
-  return tf.transpose(tf.reshape(flat, [size, steps]))
 
 
 def _aligned(count: int) -> int:

@@ -183,8 +183,7 @@ class DensePDS(_MinglingPDS):
 
   Each dart first draws a mingling value m ~ Cat(pi) over the K + 1 possible values (0, 1/K, ...,
   1), then a point uniformly among those with value m. Values no point has are skipped and pi is
-  renormalised over the rest. Darts are drawn only among the points not yet in the batch, which
-  accepts the same batches in law without the darts that would hit them again.
+  renormalised over the rest.
 
   Attributes:
     pi: K + 1 non-negative weights (normalised here) for mingling values 0, 1/K, ..., 1.

@@ -1,0 +1,117 @@
+"""Batches/s of the dart thrower's draw alone, Vanilla against Dense and Anneal PDS at one radius.
+
+  PYTHONPATH=. .venv/bin/python scripts/benchmark_draw.py [--data=gaussian] [--num_points=50000]
+      [--dim=64] [--batch_size=512] [--radius=auto] [--rounds=3] [--compare_tree=PATH]
+
+Builds the dart throwers of Vanilla PDS, Dense PDS (pi uniform over the mingling values) and
+Anneal PDS (the paper's schedule) on one dataset at one radius (by default Vanilla PDS's
+`radius="auto"`), then times each one's `draw`
+in a `tf.function` loop over consecutive draws from step 4000, in rounds that alternate the
+throwers (no tf.data pipeline, no recording: what the darts by value cost against uniform darts).
+With `--compare_tree`, the `_dart_throwing.py` of another checkout (its path's
+`tf_repulsive/_dart_throwing.py`) is timed beside this one in the same process, its throwers
+suffixed "@other". Data as in benchmark_batch_sizes.py (`scripts/benchmark_data.py`).
+"""
+
+import importlib.util
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from scripts.benchmark_data import dataset  # noqa: E402
+import tf_repulsive  # noqa: E402
+from tf_repulsive import _dart_throwing  # noqa: E402
+from tf_repulsive import _mingling  # noqa: E402
+from tf_repulsive import _schedule  # noqa: E402
+
+_DATA = flags.DEFINE_enum("data", "gaussian", ["gaussian", "clusters", "mnist_like"], "Dataset.")
+_NUM_POINTS = flags.DEFINE_integer("num_points", 50000, "N.")
+_DIM = flags.DEFINE_integer("dim", 64, "d.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 512, "k.")
+_RADIUS = flags.DEFINE_string("radius", "auto",
+                              "The disk radius of every thrower: a number, or \"auto\" (Vanilla PDS's).")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds.")
+_COMPARE_TREE = flags.DEFINE_string("compare_tree", None,
+                                     "Another checkout whose dart thrower to time beside this one.")
+
+
+def _other_dart_throwing(tree):
+  spec = importlib.util.spec_from_file_location("other_dart_throwing",
+                                                os.path.join(tree, "tf_repulsive", "_dart_throwing.py"))
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # (dataclasses look their module up while the class is made)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _auto_radius(features, labels, batch_size):
+  batcher = tf_repulsive.repulsive_batch(batch_size, tf_repulsive.VanillaPDS(radius="auto"), seed=0, start_step=0)
+  tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
+  return batcher.stats().radius
+
+
+def _timed_draws(thrower):
+  """A `tf.function` drawing `count` consecutive draws from `first_step`; returns their fill count."""
+  key = tf.constant([1, 2], tf.int64)
+  steps_per_draw = thrower.steps_per_draw
+
+  @tf.function
+  def draws(first_step, count):
+    def body(draw, filled):
+      _, fallback = thrower.draw(key, first_step + tf.cast(draw, tf.int64) * steps_per_draw)
+      return draw + 1, filled + tf.reduce_sum(fallback)
+    return tf.while_loop(lambda draw, filled: draw < count, body, (tf.constant(0), tf.constant(0)))[1]
+
+  draws(tf.constant(0, tf.int64), tf.constant(2))
+  return draws
+
+
+def main(argv):
+  del argv
+  features, labels = dataset(_DATA.value, _NUM_POINTS.value, _DIM.value)
+  num_points, k = features.shape[0], _BATCH_SIZE.value
+  radius = _auto_radius(features, labels, k) if _RADIUS.value == "auto" else float(_RADIUS.value)
+  values = _mingling.mingling_values(features, labels, 5, verbose=True).values
+  counts = np.bincount(values, minlength=6)
+  histogram = tf.constant(counts / counts.sum(), tf.float64)
+  uniform_pi = tf.constant(np.full(6, 1 / 6), tf.float64)
+  print(f"{_DATA.value}: N = {num_points}, d = {features.shape[1]}, k = {k}, radius {radius}; "
+        f"points per mingling value {counts.tolist()}")
+  modules = {"": _dart_throwing}
+  if _COMPARE_TREE.value:
+    modules["@other"] = _other_dart_throwing(_COMPARE_TREE.value)
+  timed = {}
+  for suffix, module in modules.items():
+    plans = {
+        "vanilla_pds": module.DartPlan(np.full(num_points, radius), None, None, 0, max(16 * k, 256)),
+        "dense_pds": module.DartPlan(np.full(num_points, radius), lambda step: uniform_pi, values, 6, max(16 * k, 256)),
+        "anneal_pds": module.DartPlan(np.full(num_points, radius),
+                                      lambda step: _schedule.paper_schedule(histogram, step), values, 6,
+                                      max(16 * k, 256)),
+    }
+    for name, plan in plans.items():
+      thrower = module.DartThrower(features, plan, k)
+      timed[name + suffix] = (_timed_draws(thrower), thrower.steps_per_draw)
+  rates = {name: [] for name in timed}
+  for round_number in range(_ROUNDS.value):
+    for name, (draws, steps_per_draw) in timed.items():
+      count = max(4, 16000 // (steps_per_draw * k))
+      start = time.perf_counter()
+      filled = int(draws(tf.constant(4000 + round_number * 100000, tf.int64), tf.constant(count)))
+      rates[name].append(count * steps_per_draw / (time.perf_counter() - start))
+      if filled:
+        print(f"  ({name}: the fill supplied {filled} points)")
+  print("| thrower | batches/s per round |\n|---|---|")
+  for name, rate in rates.items():
+    print(f"| {name} | {', '.join(f'{value:.0f}' for value in rate)} |")
+
+
+if __name__ == "__main__":
+  app.run(main)

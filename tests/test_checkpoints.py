@@ -87,8 +87,8 @@ def test_restored_in_a_fresh_process_continues_with_the_uninterrupted_batches(sa
 
 
 def test_regression_prefetch_saved_near_the_epoch_end_continues_into_the_next_epoch(tmp_path):
-  # Issue case 1: saved after 18 of 20 steps with prefetch(3), restored in a fresh process: the
-  # step-clock design went 18, 19, then 0 instead of 20. Here 2 of 3 steps.
+  # Saved after 18 of 20 steps with prefetch(3), restored in a fresh process: a position kept
+  # outside the checkpoint would continue 18, 19, then 0 instead of 20. Here 2 of 3 steps.
   _, pipeline = cases.build("vanilla_pds", "apply_prefetch")
   iterator = iter(pipeline)
   cases.read(iterator, 2)
@@ -106,8 +106,9 @@ def test_regression_prefetch_saved_near_the_epoch_end_continues_into_the_next_ep
 
 
 def test_regression_repeat_prefetch_restored_while_the_original_ran_ahead(tmp_path):
-  # Issue case 2: saved after 17 of 20 steps, 6 more consumed, restored in the same process: the
-  # step-clock design went 17, 18, 19, then 40, 41, 42. Here after 5 of 3-step epochs.
+  # Saved after 17 of 20 steps, 6 more consumed, restored in the same process: a position shared
+  # with the running iterator would continue 17, 18, 19, then 40, 41, 42. Here after 5 of 3-step
+  # epochs.
   batcher, pipeline = cases.build("vanilla_pds", "apply_repeat_prefetch")
   iterator = iter(pipeline)
   cases.read(iterator, 5)

@@ -5,9 +5,9 @@
 
 Builds the dart throwers of Vanilla PDS, Dense PDS (pi uniform over the mingling values) and
 Anneal PDS (the paper's schedule) on one dataset at one radius (by default Vanilla PDS's
-`radius="auto"`), then times each one's `draw`
-in a `tf.function` loop over consecutive draws from step 4000, in rounds that alternate the
-throwers (no tf.data pipeline, no recording: what the darts by value cost against uniform darts).
+`radius="auto"`), then times each one's `draw` in a `tf.function` loop over consecutive draws from
+step 4000, in rounds that alternate the throwers (no tf.data pipeline, no recording: what the
+darts by value cost against uniform darts).
 With `--compare_tree`, the `_dart_throwing.py` of another checkout (its path's
 `tf_repulsive/_dart_throwing.py`) is timed beside this one in the same process, its throwers
 suffixed "@other". Data as in benchmark_batch_sizes.py (`scripts/benchmark_data.py`).
@@ -29,6 +29,7 @@ from scripts.benchmark_data import dataset  # noqa: E402
 import tf_repulsive  # noqa: E402
 from tf_repulsive import _dart_throwing  # noqa: E402
 from tf_repulsive import _mingling  # noqa: E402
+from tf_repulsive import _samplers  # noqa: E402
 from tf_repulsive import _schedule  # noqa: E402
 
 _DATA = flags.DEFINE_enum("data", "gaussian", ["gaussian", "clusters", "mnist_like"], "Dataset.")
@@ -78,10 +79,12 @@ def main(argv):
   features, labels = dataset(_DATA.value, _NUM_POINTS.value, _DIM.value)
   num_points, k = features.shape[0], _BATCH_SIZE.value
   radius = _auto_radius(features, labels, k) if _RADIUS.value == "auto" else float(_RADIUS.value)
-  values = _mingling.mingling_values(features, labels, 5, verbose=True).values
-  counts = np.bincount(values, minlength=6)
+  neighbors = 5
+  values = _mingling.mingling_values(features, labels, neighbors, verbose=True).values
+  counts = np.bincount(values, minlength=neighbors + 1)
   histogram = tf.constant(counts / counts.sum(), tf.float64)
-  uniform_pi = tf.constant(np.full(6, 1 / 6), tf.float64)
+  uniform_pi = tf.constant(np.full(neighbors + 1, 1 / (neighbors + 1)), tf.float64)
+  point_radius, max_darts = np.full(num_points, radius), _samplers._dart_budget(None, k)
   print(f"{_DATA.value}: N = {num_points}, d = {features.shape[1]}, k = {k}, radius {radius}; "
         f"points per mingling value {counts.tolist()}")
   modules = {"": _dart_throwing}
@@ -90,11 +93,10 @@ def main(argv):
   timed = {}
   for suffix, module in modules.items():
     plans = {
-        "vanilla_pds": module.DartPlan(np.full(num_points, radius), None, None, 0, max(16 * k, 256)),
-        "dense_pds": module.DartPlan(np.full(num_points, radius), lambda step: uniform_pi, values, 6, max(16 * k, 256)),
-        "anneal_pds": module.DartPlan(np.full(num_points, radius),
-                                      lambda step: _schedule.paper_schedule(histogram, step), values, 6,
-                                      max(16 * k, 256)),
+        "vanilla_pds": module.DartPlan(point_radius, None, None, 0, max_darts),
+        "dense_pds": module.DartPlan(point_radius, lambda step: uniform_pi, values, neighbors + 1, max_darts),
+        "anneal_pds": module.DartPlan(point_radius, lambda step: _schedule.paper_schedule(histogram, step), values,
+                                      neighbors + 1, max_darts),
     }
     for name, plan in plans.items():
       thrower = module.DartThrower(features, plan, k)

@@ -92,11 +92,12 @@ def main(argv):
     modules["@other"] = _other_dart_throwing(_COMPARE_TREE.value)
   timed = {}
   for suffix, module in modules.items():
+    # (pi's last argument is the step: a tree whose pi takes the histogram first passes it too.)
     plans = {
         "vanilla_pds": module.DartPlan(point_radius, None, None, 0, max_darts),
-        "dense_pds": module.DartPlan(point_radius, lambda step: uniform_pi, values, neighbors + 1, max_darts),
-        "anneal_pds": module.DartPlan(point_radius, lambda step: _schedule.paper_schedule(histogram, step), values,
-                                      neighbors + 1, max_darts),
+        "dense_pds": module.DartPlan(point_radius, lambda *args: uniform_pi, values, neighbors + 1, max_darts),
+        "anneal_pds": module.DartPlan(point_radius, lambda *args: _schedule.paper_schedule(histogram, args[-1]),
+                                      values, neighbors + 1, max_darts),
     }
     for name, plan in plans.items():
       thrower = module.DartThrower(features, plan, k)

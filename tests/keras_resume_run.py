@@ -1,10 +1,12 @@
 """One process of the Keras resume test: train with BackupAndRestore, crash or resume.
 
-`python keras_resume_run.py crash|resume ORDER WORKDIR`, ORDER one of `callback_first`,
-`backup_first`, `no_callback`. One model trains on a zip of every sampler's stream (one
-`AnnealingCallback` each), so one fit checks them all: its train step fingerprints each sampler's
-batch (`no_callback`: one sampler, no callback). Writes WORKDIR/<phase>.json: {"consumed":
-[[optimizer step, [fingerprint per sampler]], ...]} and, when `fit` failed on the data, "error".
+`python keras_resume_run.py crash|resume|straight ORDER WORKDIR`, ORDER one of `callback_first`,
+`backup_first`, `no_callback`; `straight` trains without a crash. One model trains on a zip of
+every sampler's stream (one `AnnealingCallback` each), so one fit checks them all: its train step
+fingerprints each sampler's batch (`no_callback`: one sampler, no callback). The last stream
+(`model_space`) draws Vanilla PDS on the model's hidden activations, refreshed every
+REFRESH_EVERY steps. Writes WORKDIR/<phase>.json: {"consumed": [[optimizer step, [fingerprint per
+stream]], ...]} and, when `fit` failed on the data, "error".
 """
 
 import json
@@ -25,6 +27,9 @@ EPOCHS = 3
 CRASH_AT = 25
 SAVE_FREQ = 5
 SEED = 4
+# The crash's last backup (step 25) falls between two refreshes: the resumed run reads refresh 3 back.
+REFRESH_EVERY = 8
+MODEL_SPACE = "model_space"
 
 
 def digits():
@@ -32,8 +37,20 @@ def digits():
   return (data.data[:NUM_POINTS] / 16.0).astype(np.float32), data.target[:NUM_POINTS].astype(np.int64)
 
 
-def batcher_for(sampler_name):
+def batcher_for(sampler_name, model=None, workdir=None):
+  if sampler_name == MODEL_SPACE:
+    space = tf_repulsive.ModelSpace(model, HiddenFeatures(), refresh_every=REFRESH_EVERY,
+                                    directory=os.path.join(workdir, "refreshes"), verbose=False)
+    return tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, name=sampler_name,
+                                        model_space=space, verbose=False)
   return tf_repulsive.repulsive_batch(BATCH, checkpoint_cases.SAMPLERS[sampler_name](), seed=SEED, name=sampler_name)
+
+
+class HiddenFeatures(tf_repulsive.ModelFeatures):
+  """The fingerprint model's hidden activations."""
+
+  def features_fn(self, model):
+    return lambda inputs, labels: model.hidden(inputs)
 
 
 class FingerprintModel(keras.Model):
@@ -72,16 +89,17 @@ class Crash(keras.callbacks.Callback):
 def train(phase, order, workdir):
   x, y = digits()
   # Without the callbacks fit must fail at its first batch, whichever the sampler: one suffices.
-  names = ["vanilla_pds"] if order == "no_callback" else list(checkpoint_cases.SAMPLERS)
-  batchers = [batcher_for(name) for name in names]
-  streams = [tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher) for batcher in batchers]
-  batches = tf.data.Dataset.zip(tuple(streams)).map(
-      lambda *pairs: (tuple(pair[0] for pair in pairs), pairs[0][1])).prefetch(2)
+  names = ["vanilla_pds"] if order == "no_callback" else list(checkpoint_cases.SAMPLERS) + [MODEL_SPACE]
   keras.utils.set_random_seed(0)
   model = FingerprintModel(len(names))
   model.compile(optimizer=keras.optimizers.Adam(1e-3),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-  model(tuple(x[:1] for _ in names))  # BackupAndRestore needs a built model
+  model(tuple(x[:1] for _ in names))  # BackupAndRestore (and the model's features) need a built model
+  batchers = [batcher_for(name, model, workdir) for name in names]
+  streams = [tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher) for batcher in batchers]
+  # (The prefetch runs the model-space stream's deliveries ahead: they wait for each refresh.)
+  batches = tf.data.Dataset.zip(tuple(streams)).map(
+      lambda *pairs: (tuple(pair[0] for pair in pairs), pairs[0][1])).prefetch(2)
   backup = keras.callbacks.BackupAndRestore(os.path.join(workdir, "backup"), save_freq=SAVE_FREQ)
   aligning = [] if order == "no_callback" else [tf_repulsive.AnnealingCallback(b) for b in batchers]
   callbacks = aligning + [backup] if order == "callback_first" else [backup] + aligning
@@ -89,7 +107,8 @@ def train(phase, order, workdir):
   callbacks += [record] + ([Crash()] if phase == "crash" else [])
   result = {"consumed": record.consumed}
   try:
-    model.fit(batches, epochs=EPOCHS, steps_per_epoch=batchers[0].steps_per_epoch, verbose=0,
+    # (The straight run trains an epoch more: as far as the resumed run, which repeats part of one.)
+    model.fit(batches, epochs=EPOCHS + (phase == "straight"), steps_per_epoch=batchers[0].steps_per_epoch, verbose=0,
               callbacks=callbacks)
   except RuntimeError as error:
     if "simulated crash" not in str(error):

@@ -50,7 +50,7 @@ def _sequential(darts, points, radius, k):
 def _plan(radius, max_darts, mingling_values=None, pi=None):
   return _dart_throwing.DartPlan(
       point_radius=radius,
-      pi=None if pi is None else (lambda step: tf.constant(pi, tf.float64)),
+      pi=None if pi is None else (lambda histogram, step: tf.constant(pi, tf.float64)),
       mingling_values=mingling_values, num_mingling_values=0 if pi is None else len(pi), max_darts=max_darts)
 
 

@@ -16,6 +16,7 @@ import tensorflow as tf
 import distributed_run as run
 from loopback import loopback_only
 import tf_repulsive
+from tf_repulsive import _pipeline
 
 _SECONDS = 300
 
@@ -185,3 +186,37 @@ def test_per_replica_refuses_a_batch_the_replicas_cannot_share():
     batcher.per_replica(context)
   with pytest.raises(TypeError, match="InputContext"):
     batcher.per_replica(4)
+
+
+def test_keras_fit_under_a_strategy_trains_each_step_on_its_refreshed_features():
+  # A model-space stream under 2 replicas: the strategy's device prefetch runs the deliveries
+  # ahead, they wait at each refresh, and every step trains the draw on its refresh's features.
+  # The same training on one device from the reference draws ends at the same weights. (The
+  # model's shapes are those of the tests above.)
+  refresh_every, steps = 3, 8
+  points = run.dataset().map(lambda x, y, index: (x, y))
+  x, y = (np.stack(column) for column in zip(*points.as_numpy_iterator()))
+  strategy = _mirrored(2)
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+    model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  reference = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+  reference.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  reference.set_weights(model.get_weights())
+  source = tf_repulsive.GradientFeatures(projection_dim=32)
+  space = tf_repulsive.ModelSpace(model, source, refresh_every=refresh_every, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(run.BATCH, tf_repulsive.VanillaPDS(), seed=run.SEED, model_space=space,
+                                         verbose=False)
+  model.fit(points.apply(batcher), epochs=2, steps_per_epoch=steps // 2, verbose=0,
+            callbacks=[tf_repulsive.BatchStreamCallback(batcher)])
+  assert batcher.refreshes_installed() == steps // refresh_every + 1
+  key = tf.constant([run.SEED, _pipeline._KEY_SALT], tf.int64)  # pylint: disable=protected-access
+  for step in range(steps):
+    if step % refresh_every == 0:
+      drawer = tf_repulsive.VanillaPDS().build(tf_repulsive.SamplingContext(
+          features=tf_repulsive.model_features(source, reference, x, y), labels=None, batch_size=run.BATCH,
+          distance_cache_bytes=2**24, max_steps_per_draw=1))
+    batch = drawer.draw(key, tf.constant(step, tf.int64))[0].numpy()[0]
+    reference.train_on_batch(x[batch], y[batch])
+  for trained, expected in zip(model.get_weights(), reference.get_weights()):
+    np.testing.assert_allclose(trained, expected, atol=1e-5)

@@ -23,6 +23,7 @@ from tf_repulsive._mingling import mingling_index
 from tf_repulsive._model_features import EmbeddingFeatures
 from tf_repulsive._model_features import GradientFeatures
 from tf_repulsive._model_features import model_features
+from tf_repulsive._model_space import ModelSpace
 from tf_repulsive._pipeline import RepulsiveBatcher
 from tf_repulsive._pipeline import SamplingStats
 from tf_repulsive._pipeline import repulsive_batch
@@ -53,6 +54,7 @@ __all__ = (
     "GradientFeatures",
     "KDPP",
     "ModelFeatures",
+    "ModelSpace",
     "RepulsiveBatcher",
     "Sampler",
     "SamplingContext",

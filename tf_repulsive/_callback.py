@@ -49,6 +49,12 @@ class BatchStreamCallback(keras.callbacks.Callback):
   `fit` must be given `steps_per_epoch` (the stream is unbounded; `batcher.steps_per_epoch` for
   one pass's worth of batches per epoch) or a stream that ends.
 
+  For a batcher with a `ModelSpace`, it also refreshes the features: when `fit` starts (the
+  refresh in force at the optimizer's step, read back from the ModelSpace's directory when
+  training resumes between two refreshes) and after every `refresh_every`-th step, from the model
+  `fit` trains. Each epoch's logs then hold ``<name>_refresh_seconds``, the seconds its refreshes
+  took (also in the progress bar, `History` and `TensorBoard`).
+
   Args:
     batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
 
@@ -85,6 +91,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._streams_checked = 0
     self._start_checked = False
     self._drawn_here = False  # whether the stream of this fit began in this process
+    self._refresh_seconds = 0.0  # in this epoch
     # The callbacks of the running fit, when Keras' CallbackList runs this one.
     self._fit_callbacks: list[keras.callbacks.Callback] = []
     batcher.allow_build_probe()
@@ -92,15 +99,18 @@ class BatchStreamCallback(keras.callbacks.Callback):
   def _optimizer_step(self) -> int:
     return int(np.asarray(self.model.optimizer.iterations))
 
+  def _logs_names(self) -> bool:
+    """Whether this callback writes log keys under the batcher's name."""
+    return self._logs_under_name or self._batcher.model_space is not None
+
   def on_train_begin(self, logs=None):
     if self.params.get("steps") is None:
       raise ValueError(
           "repulsive_batch gives an unbounded stream of batches: pass "
           "steps_per_epoch=batcher.steps_per_epoch (or any number of steps) to fit.")
     self._batcher.steps_per_epoch  # Raises now if the batcher was never applied to a dataset.
-    # Only the TensorFlow backend's models have a strategy (JAX and PyTorch distribute otherwise).
-    resolver = getattr(getattr(self.model, "distribute_strategy", None), "cluster_resolver", None)
-    workers = resolver.cluster_spec().num_tasks("worker") if resolver is not None else 1
+    workers = workers_of(self.model)
+    self._check_model_space(workers)
     if workers > 1 and not self._batcher.per_replica_slices:
       # TF's multi-worker rebatching expects each worker to read different data; given the same
       # global draws, the workers' slices would overlap.
@@ -120,18 +130,50 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "stream (the workers run their own copy of the batcher): build the batcher with "
           "start_step=<the optimizer's step> (0 for a new model, int(model.optimizer.iterations) to "
           "continue) before distributing its stream.")
+    if self._batcher.model_space is not None and isinstance(fit_input, tf.data.Dataset) and \
+        _dataset_graph.read_from_service(fit_input):
+      raise ValueError(
+          "fit reads its batches from tf.data service workers, and this batcher's features are refreshed "
+          "from the model in this process (ModelSpace): the workers' copies of the stream cannot receive "
+          "them. Train with a model_space batcher without tf.data service.")
     self._check_transformations(fit_input)
     self._epochs_begun = 0
     self._streams_checked = self._batcher.stats().streams
     self._start_checked = False
     self._drawn_here = False
 
+  def _check_model_space(self, workers: int) -> None:
+    """Refuses a fit whose features this callback could not refresh at the steps they are due."""
+    space = self._batcher.model_space
+    if space is None:
+      return
+    if workers > 1:
+      raise ValueError(
+          f"under a strategy with {workers} workers the features of a ModelSpace batcher would be "
+          "refreshed by every worker on its own: refreshed features need one worker (MirroredStrategy "
+          "on one machine works).")
+    if space.model is not self.model:
+      raise ValueError(
+          "the batcher's ModelSpace computes its features from another model than the one fit trains: "
+          "give the ModelSpace the model whose fit this callback runs in.")
+    steps_per_execution = int(getattr(self.model, "steps_per_execution", 1) or 1)
+    if space.refresh_every % steps_per_execution or self.params["steps"] % steps_per_execution:
+      raise ValueError(
+          f"the model runs steps_per_execution={steps_per_execution} steps between callbacks, and "
+          f"refresh_every={space.refresh_every} and steps_per_epoch={self.params['steps']} must be "
+          "multiples of it: the features are refreshed between executions, before the step they are "
+          "due at.")
+
+  def _refresh(self, step: int) -> None:
+    if self._batcher.model_space is not None:
+      self._refresh_seconds += self._batcher.refresh_features(step)
+
   def _check_log_names(self) -> None:
     """Refuses another logging callback of this fit whose batcher has this batcher's name."""
-    if not self._logs_under_name:
+    if not self._logs_names():
       return
     for other in self._fit_callbacks:
-      if (isinstance(other, BatchStreamCallback) and other._logs_under_name  # pylint: disable=protected-access
+      if (isinstance(other, BatchStreamCallback) and other._logs_names()  # pylint: disable=protected-access
           and other._batcher is not self._batcher and other._batcher.name == self._batcher.name):  # pylint: disable=protected-access
         raise ValueError(
             f"fit has tf_repulsive callbacks for two batchers named {self._batcher.name!r}: their log "
@@ -162,6 +204,9 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   def on_epoch_begin(self, epoch, logs=None):
     step = self._optimizer_step()
+    self._refresh_seconds = 0.0
+    # Before the stream can begin: its first draw waits for the features in force.
+    self._refresh(step)
     fixed = self._batcher.start_step
     if fixed is None:
       # Every epoch, not once per fit: `fit` keeps one iterator for all epochs given
@@ -178,6 +223,10 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._start_checked = False
 
   def on_train_batch_end(self, batch, logs=None):
+    space = self._batcher.model_space
+    if space is not None and self._epochs_begun and (self._epoch_start + batch + 1) % space.refresh_every == 0:
+      # The stream waits at the next step for the features of the model as it is now.
+      self._refresh(self._epoch_start + batch + 1)
     # The epoch's first call (with steps_per_execution > 1 its `batch` is not 0).
     if self._epochs_begun == 0 or self._start_checked:
       return
@@ -215,6 +264,8 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   def on_epoch_end(self, epoch, logs=None):
     self._check_delivered()
+    if self._batcher.model_space is not None and logs is not None:
+      logs[f"{self._batcher.name}_refresh_seconds"] = self._refresh_seconds
 
   def _check_delivered(self) -> None:
     """Raises if fit trained a step the stream has not delivered: its batch came from elsewhere."""
@@ -397,6 +448,13 @@ class AnnealingCallback(BatchStreamCallback):
       summaries[f"{name}_pi_mingling"] = _mean_mingling_index(pi)
       detail.update({f"{name}_pi_{m}": float(p) for m, p in enumerate(pi)})
     return summaries, detail
+
+
+def workers_of(model: keras.Model) -> int:
+  """The workers of the model's distribution strategy (1 without one)."""
+  # Only the TensorFlow backend's models have a strategy (JAX and PyTorch distribute otherwise).
+  resolver = getattr(getattr(model, "distribute_strategy", None), "cluster_resolver", None)
+  return resolver.cluster_spec().num_tasks("worker") if resolver is not None else 1
 
 
 def _summed(rows: np.ndarray) -> np.ndarray:

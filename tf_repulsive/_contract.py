@@ -33,6 +33,9 @@ class SamplingContext:
     batch_size: `k`.
     distance_cache_bytes: memory the sampler may spend on an N x N distance matrix.
     verbose: whether one-time work longer than about 2 s shows a progress bar.
+    max_steps_per_draw: the most steps the drawer's `draw` may cover (`steps_per_draw`): 1 when
+      the features are refreshed from a model (`ModelSpace`), whose stream draws each step as
+      it delivers it.
   """
 
   features: np.ndarray
@@ -40,6 +43,7 @@ class SamplingContext:
   batch_size: int
   distance_cache_bytes: int
   verbose: bool = False
+  max_steps_per_draw: int = 16
 
 
 class BatchDrawer:
@@ -98,6 +102,22 @@ class BatchDrawer:
     """The distribution over mingling values that darts follow at `step`, or None (the default)."""
     del step
     return None
+
+  def refreshable(self) -> BatchDrawer | None:
+    """A drawer of the same draws whose per-dataset tensors live in variables, or None (the default).
+
+    What `ModelSpace` batchers need: when the features are recomputed, the sampler builds a new
+    drawer on them and the pipeline's drawer takes over its state (`refresh_from`), with no new
+    trace of the stream. None: this drawer cannot, and a `model_space` batcher refuses the sampler.
+    """
+    return None
+
+  def refresh_from(self, other: BatchDrawer) -> None:
+    """Makes this drawer (from `refreshable`) draw what `other`, built by the same sampler on new features, draws.
+
+    Called while no draw is running on the old state. Also takes over `radius` and `mingling`.
+    """
+    raise NotImplementedError
 
 
 class Sampler:

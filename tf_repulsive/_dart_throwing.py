@@ -24,8 +24,9 @@ from tf_repulsive import _arrays
 from tf_repulsive import _progress
 from tf_repulsive._contract import BatchDrawer
 
-# Probability over mingling values at global step n (a float64 tensor).
-MinglingPi = Callable[[tf.Tensor], tf.Tensor]
+# Probability over mingling values at global step n (a float64 tensor), given the data's histogram
+# of mingling values (float64 [K + 1]).
+MinglingPi = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 _FLOAT32_EPS = float(np.finfo(np.float32).eps)
 _PHILOX = tf.random.Algorithm.PHILOX.value
@@ -48,6 +49,9 @@ _STEP_ROWS_PER_DRAW = 2048
 _CENTER_ROW_BLOCK = 16384
 # The fallback fill draws candidates when N > this * k, and scores every point (O(N) = O(k)) below.
 _FILL_BY_SCORES_UP_TO = 8
+# The per-dataset tensors a refreshable thrower holds in variables (those of its plan).
+_STATE = ("_features", "_shrunk_sq_norms", "_point_radius", "_sq_distances", "_points_by_value", "_value_counts",
+          "_value_offsets", "_value_histogram")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +61,13 @@ class DartPlan:
   Attributes:
     point_radius: `[N]` disk radius of every point, or None for no disk test (distinct points
       uniformly at random). Two points conflict when closer than the smaller of their radii.
-    pi: pi over mingling values as a function of the step (Dense / Anneal PDS), or None for
-      darts uniform over all points.
+    pi: pi over mingling values as a function of the histogram of mingling values and the step
+      (Dense / Anneal PDS), or None for darts uniform over all points.
     mingling_values: `[N]` mingling value (0..K) of every point; required with `pi`.
     num_mingling_values: K + 1, the number of possible mingling values.
     max_darts: bound on the darts thrown for one batch before the fallback fill.
+    one_radius: whether every point has the same radius by construction (Vanilla, Dense, Anneal
+      PDS), whatever the data: a refreshable thrower keeps the faster test for one radius only then.
   """
 
   point_radius: np.ndarray | None
@@ -69,22 +75,23 @@ class DartPlan:
   mingling_values: np.ndarray | None
   num_mingling_values: int
   max_darts: int
+  one_radius: bool = False
 
 
-def steps_per_draw(batch_size: int) -> int:
-  """S, the steps one draw throws darts for side by side: a power of two up to 16, S * k <= 2048.
+def steps_per_draw(batch_size: int, most: int = 16) -> int:
+  """S, the steps one draw throws darts for side by side: a power of two up to `most` (16), S * k <= 2048.
 
   The per-op cost of TensorFlow is paid once per draw, so small batches share a draw; large ones
   already give each op enough work.
   """
-  return 2 ** min(4, max(0, (_STEP_ROWS_PER_DRAW // batch_size).bit_length() - 1))
+  return min(2 ** min(4, max(0, (_STEP_ROWS_PER_DRAW // batch_size).bit_length() - 1)), most)
 
 
 class DartThrower(BatchDrawer):
   """Draws the indices of mini-batches as a pure function of a stateless key and the steps."""
 
   def __init__(self, features: np.ndarray, plan: DartPlan, batch_size: int,
-               distance_cache_bytes: int = 0, verbose: bool = False):
+               distance_cache_bytes: int = 0, verbose: bool = False, max_steps_per_draw: int = 16):
     """Prepares the per-dataset tensors once.
 
     Args:
@@ -95,14 +102,17 @@ class DartThrower(BatchDrawer):
         many bytes, it is computed here once and disk tests look distances up (O(k^2) per batch
         instead of O(k^2 d)).
       verbose: show a progress bar if computing that matrix takes more than about 2 s.
+      max_steps_per_draw: the most steps one draw covers (`steps_per_draw`).
     """
     num_points, dim = features.shape
+    # The variables of a refreshable thrower (`refreshable`), by attribute name; None: constants.
+    self._variables: dict[str, tf.Variable] | None = None
     self._num_points = num_points
     self._batch_size = batch_size
     self._plan = plan
     # Every disk radius is multiplied by this (see `with_radius_scale`).
     self.radius_scale = 1.0
-    self.steps_per_draw = steps_per_draw(batch_size)
+    self.steps_per_draw = steps_per_draw(batch_size, max_steps_per_draw)
     # Centering leaves distances unchanged and keeps Gram-based distances accurate in float32.
     mean = np.add.reduce(features, axis=0, dtype=np.float64) / max(num_points, 1)
     blocks = [slice(start, start + _CENTER_ROW_BLOCK) for start in range(0, num_points, _CENTER_ROW_BLOCK)]
@@ -131,6 +141,8 @@ class DartThrower(BatchDrawer):
     # 0.6 k^2 against 1.75 k d per block, so one product from k = 3 (d + 2) on.
     self._one_product = batch_size >= _ONE_PRODUCT_FROM_K_OVER_D * (dim + 2)
     self._sq_distances = None
+    self._point_radius = self._uniform_radius = None
+    self._points_by_value = self._value_counts = self._value_offsets = self._value_histogram = None
     if plan.point_radius is not None:
       radius = (plan.point_radius * scale).astype(np.float32)
       # One radius for all points (Vanilla, Dense, Anneal) needs no per-pair minimum.
@@ -146,6 +158,7 @@ class DartThrower(BatchDrawer):
       self._points_by_value = tf.constant(order.astype(np.int32))
       self._value_counts = tf.constant(counts.astype(np.float64))
       self._value_offsets = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))
+      self._value_histogram = tf.constant(counts / counts.sum(), tf.float64)
     # A block aims for enough survivors to fill what a step still needs (a quarter more, for the
     # ones that block each other), up to `_MAX_SURVIVOR_TARGET`; it settles at most twice that.
     self._survivor_target = _aligned(min(math.ceil(1.25 * batch_size), _MAX_SURVIVOR_TARGET))
@@ -177,6 +190,64 @@ class DartThrower(BatchDrawer):
         progress.update(rows.shape[0])
     return _arrays.to_tensor(matrix.reshape(-1))
 
+  def refreshable(self) -> DartThrower:
+    """This thrower with its per-dataset tensors in variables on the host, for `refresh_from`.
+
+    It draws what this thrower draws. The variables let a thrower of the same plan built on new
+    features of the same shape (features recomputed from a model as it trains) hand over its
+    tensors without a new trace of the draw. One radius for all points stays one radius only
+    when the plan says so (`DartPlan.one_radius`), not because the first data gave it.
+    """
+    live = copy.copy(self)
+    if not self._plan.one_radius:
+      live._uniform_radius = None
+    state = {name: getattr(self, name) for name in _STATE if getattr(self, name) is not None}
+    state["radius_scale"] = tf.constant(self.radius_scale, tf.float32)
+    if live._uniform_radius is not None:
+      state["_uniform_radius"] = tf.constant(live._uniform_radius, tf.float32)
+    with tf.device("CPU:0"):
+      live._variables = {name: tf.Variable(value, trainable=False) for name, value in state.items()}
+    # As in `__init__`: the trace draws with a copy that does not hold the trace.
+    live._traced_draws = tf.function(functools.partial(DartThrower.draw, copy.copy(live)), autograph=False,
+                                     input_signature=(tf.TensorSpec([2], tf.int64), tf.TensorSpec([], tf.int64)))
+    return live
+
+  def refresh_from(self, other: BatchDrawer) -> None:
+    """Makes this refreshable thrower draw what `other` draws: its tensors, radius and mingling values.
+
+    Args:
+      other: a thrower of the same sampler built on new features of the same shape.
+
+    Raises:
+      ValueError: if this thrower is not refreshable, or `other` has other tensors or shapes.
+    """
+    if self._variables is None or not isinstance(other, DartThrower):
+      raise ValueError("refresh_from needs a thrower made by refreshable() and a DartThrower to take over.")
+    values = {name: getattr(other, name, None) for name in self._variables}
+    values["radius_scale"] = tf.constant(other.radius_scale, tf.float32)
+    if "_uniform_radius" in values:
+      values["_uniform_radius"] = None if other._uniform_radius is None else tf.constant(
+          other._uniform_radius, tf.float32)
+    for name, value in values.items():
+      variable = self._variables[name]
+      if value is None or value.shape != variable.shape or value.dtype != variable.dtype:
+        raise ValueError(
+            f"the refreshed thrower's {name.lstrip('_')} is "
+            f"{'missing' if value is None else f'{value.dtype.name} {value.shape}'}, not "
+            f"{variable.dtype.name} {variable.shape}: a refresh keeps the sampler, the data size and the "
+            "feature dimension.")
+    for name, value in values.items():
+      self._variables[name].assign(value)
+    self.radius, self.mingling = other.radius, other.mingling
+
+  def _snapshot(self) -> DartThrower:
+    """This refreshable thrower with the variables' values read once, for one draw."""
+    assert self._variables is not None
+    snapshot = copy.copy(self)
+    for name, variable in self._variables.items():
+      setattr(snapshot, name, variable.read_value())
+    return snapshot
+
   def with_radius_scale(self, radius_scale: float) -> DartThrower:
     """This thrower with every disk radius multiplied by `radius_scale` (shares all tensors)."""
     scaled = copy.copy(self)
@@ -184,7 +255,7 @@ class DartThrower(BatchDrawer):
     return scaled
 
   def pi(self, step: tf.Tensor) -> tf.Tensor | None:
-    return None if self._plan.pi is None else self._plan.pi(step)
+    return None if self._plan.pi is None else self._plan.pi(self._value_histogram, step)
 
   def count_fills(self, radius_scale: float, key: tf.Tensor, steps: int, max_darts: int) -> int:
     """How many draws of steps 0 .. steps - 1 (whole draws) need the fallback fill within `max_darts` darts a batch.
@@ -199,6 +270,8 @@ class DartThrower(BatchDrawer):
 
   def traced_draw(self) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
     """`draw` through the calibration's trace, at this thrower's radius scale and dart budget."""
+    if self._variables is not None:
+      return self._traced_draws
     radius_scale = tf.constant(self.radius_scale, tf.float32)
     max_darts = tf.constant(self._plan.max_darts, tf.int32)
     one = tf.constant(1, tf.int32)
@@ -225,7 +298,8 @@ class DartThrower(BatchDrawer):
       order; `fallback`: `[steps_per_draw]` int32, how many of each step's the fallback fill
       supplied because the dart budget ran out.
     """
-    return self._draw(key, first_step, tf.constant(self.radius_scale, tf.float32), self._plan.max_darts)
+    thrower = self if self._variables is None else self._snapshot()
+    return thrower._draw(key, first_step, tf.cast(thrower.radius_scale, tf.float32), thrower._plan.max_darts)
 
   def _draws(self, key: tf.Tensor, first_step: tf.Tensor, num_draws: tf.Tensor, radius_scale: tf.Tensor,
              max_darts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -307,8 +381,10 @@ class DartThrower(BatchDrawer):
     Returns the CDF and, per step, the last value with positive mass (where a uniform number that
     rounding puts past the CDF's last entry belongs).
     """
+    counts = self._value_counts
+    assert counts is not None  # a plan with pi
     pi = tf.cast(pi, tf.float64)
-    pi = tf.where(self._value_counts > 0, pi, tf.zeros_like(pi))
+    pi = tf.where(counts > 0, pi, tf.zeros_like(pi))
     total = tf.reduce_sum(pi, axis=-1, keepdims=True)
     check = tf.debugging.assert_positive(
         total, message="the mingling distribution pi puts no mass on a mingling value that occurs")
@@ -375,7 +451,7 @@ class DartThrower(BatchDrawer):
     A point is closer than any positive radius to itself (the shrunk norms make its squared
     distance <= 0), so then a conflict is just a squared distance below it: no identity test.
     """
-    if self._plan.point_radius is None or not self._uniform_radius:
+    if self._plan.point_radius is None or self._uniform_radius is None:
       return None
     sq_radius = tf.square(self._uniform_radius * radius_scale)
     return sq_radius if (tf.get_static_value(sq_radius) or 0.0) > 0.0 else None
@@ -383,7 +459,8 @@ class DartThrower(BatchDrawer):
   def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
     """`[S, rows, cols]` bool per step: same point, or closer than the smaller of the two radii."""
     same = lambda: tf.equal(rows[:, :, None], cols[:, None, :])  # noqa: E731
-    if self._plan.point_radius is None or self._uniform_radius == 0.0:
+    # (A refreshable thrower's radius is a tensor, never known to be 0.)
+    if self._plan.point_radius is None or (isinstance(self._uniform_radius, float) and self._uniform_radius == 0.0):
       return same()
     sq_dist = self._sq_distances_between(rows, cols)
     sq_radius = self._one_positive_radius(radius_scale)

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import math
 import re
+import time
 import warnings
 import weakref
 from typing import Any, Callable
@@ -21,6 +22,7 @@ import tensorflow as tf
 from tf_repulsive import _arrays
 from tf_repulsive import _checks
 from tf_repulsive import _dataset_graph
+from tf_repulsive import _model_space
 from tf_repulsive import _reading
 from tf_repulsive import _stream_ops
 from tf_repulsive import _contract
@@ -87,7 +89,7 @@ class SamplingStats:
 class _Built:
   """What applying a batcher to a dataset produced: the data, the drawer and its counters."""
 
-  def __init__(self, drawer: _contract.BatchDrawer, data: _reading.Materialized):
+  def __init__(self, drawer: _contract.BatchDrawer, data: _reading.Materialized, refreshing: bool):
     self.drawer = drawer
     self.elements = data.elements
     # Created once, outside the dataset functions, so that the functions capture them as inputs.
@@ -104,12 +106,19 @@ class _Built:
       self.last_step_delivered = tf.Variable(_UNSET, dtype=tf.int64, trainable=False)
       self.num_mingling_values = 0 if self.mingling is None else self.mingling.neighbors + 1
       if self.mingling is not None:
-        self.mingling_tensor = tf.constant(self.mingling.values.astype(np.int32))
+        values = self.mingling.values.astype(np.int32)
+        # A refresh recomputes them (`RepulsiveBatcher.refresh_features`).
+        self.mingling_tensor = tf.Variable(values, trainable=False) if refreshing else tf.constant(values)
       # Ring of the last _RECORDED_STEPS steps drawn: per row the step, the points the fallback
       # fill supplied, then the batch's count of each mingling value.
       self.step_record = tf.Variable(
           tf.concat([tf.fill([_RECORDED_STEPS, 1], tf.constant(_UNSET, tf.int64)),
                      tf.zeros([_RECORDED_STEPS, 1 + self.num_mingling_values], tf.int64)], axis=1), trainable=False)
+      # The refresh whose features the drawer holds (model-space batchers).
+      self.refresh_version = tf.Variable(_model_space.NO_REFRESH, dtype=tf.int64, trainable=False)
+    # Refreshes installed in this process, and the seconds they took.
+    self.refreshes = 0
+    self.refresh_seconds = 0.0
 
 
 class RepulsiveBatcher:
@@ -138,7 +147,8 @@ class RepulsiveBatcher:
   """
 
   def __init__(self, batch_size: int, sampler: _contract.Sampler, *, feature_fn, label_fn, seed: int,
-               start_step: int | None, max_elements: int, distance_cache_bytes: int, verbose: bool, name: str):
+               start_step: int | None, max_elements: int, distance_cache_bytes: int, verbose: bool, name: str,
+               model_space: _model_space.ModelSpace | None):
     self.batch_size = batch_size
     self.name = name
     self.sampler = sampler
@@ -149,6 +159,7 @@ class RepulsiveBatcher:
     self._max_elements = max_elements
     self._distance_cache_bytes = distance_cache_bytes
     self._verbose = verbose
+    self._model_space = model_space
     self._key = tf.constant([seed, _KEY_SALT], tf.int64)
     self._built: _Built | None = None
     self._per_replica_slices = False
@@ -169,6 +180,12 @@ class RepulsiveBatcher:
       indices, steps = self._draw_counted(built, stream, offset)
       return self._gather(built, indices), steps
 
+    if self._model_space is not None:
+      # Drawn as they are delivered, one step at a time in the consumer's thread: after the refresh
+      # of the step's features, never ahead of it, and with no draw in flight (waiting for a
+      # refresh) when an iterator checkpoint is written.
+      return self._finish(built, _stream_ops.unbatch_dense(_stream_ops.map_on_host(self._draws(built), draw)),
+                          prefetch=False)
     return self._finish(built, _stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(self._draws(built), draw)))
 
   def per_replica(self, input_context: tf.distribute.InputContext) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
@@ -188,6 +205,11 @@ class RepulsiveBatcher:
     """
     if not isinstance(input_context, tf.distribute.InputContext):
       raise TypeError(f"`input_context` must be a tf.distribute.InputContext; got {input_context!r}.")
+    if self._model_space is not None:
+      raise ValueError(
+          "a model_space batcher refreshes its features in this process and draws its global batches "
+          "here: give the strategy its stream (strategy.experimental_distribute_dataset, or fit under "
+          "MirroredStrategy), not per_replica pipelines.")
     replicas = input_context.num_replicas_in_sync
     pipelines = input_context.num_input_pipelines
     if self.batch_size % replicas or replicas % pipelines:
@@ -244,6 +266,96 @@ class RepulsiveBatcher:
     """The sampler's per-dataset draw (see `Sampler.build`)."""
     return self._require_built().drawer
 
+  @property
+  def model_space(self) -> _model_space.ModelSpace | None:
+    """The `ModelSpace` whose features the disks are drawn on, or None (fixed features)."""
+    return self._model_space
+
+  def refresh_features(self, step: int) -> float:
+    """Installs the features in force at optimizer step `step` (model-space batchers).
+
+    Those of refresh r = step // refresh_every: the features of the model after r *
+    refresh_every steps. Nothing to do when they are installed already. Otherwise, at a refresh's
+    own step they are computed from the model as it is now (or read back from `directory` when
+    they were saved from identical weights); between two refreshes (a resumed run) they are read
+    back from `directory`. The sampler is then built on them (radius, mingling values) and the
+    stream continues on them. The callbacks call this in `fit`; a custom loop calls it before
+    taking the batch of each step.
+
+    Args:
+      step: the optimizer step whose batch comes next.
+
+    Returns:
+      The seconds the refresh took (0.0 when nothing was to do).
+
+    Raises:
+      ValueError: for a batcher without `model_space`, a step between two refreshes whose
+        features were not saved, or a refresh that changes the feature dimension.
+    """
+    space = self._require_model_space()
+    built = self._require_built()
+    step = _check_step(step)
+    refresh = step // space.refresh_every
+    if int(built.refresh_version.numpy()) == refresh:
+      return 0.0
+    began = time.perf_counter()
+    at_refresh_step = step % space.refresh_every == 0
+    saved = _model_space.load(space, refresh)
+    fingerprint = _model_space.weights_fingerprint(space.model) if at_refresh_step else ""
+    if saved is not None and (not at_refresh_step or saved[1] == fingerprint):
+      features = saved[0]
+    elif at_refresh_step:
+      features = _model_space.compute(space, built.elements)
+      _model_space.save(space, refresh, features, fingerprint)
+    else:
+      where = ("no directory is set (ModelSpace.directory)" if space.directory is None
+               else f"{space.directory} does not hold them (deleted by keep_last={space.keep_last}, or never saved)")
+      raise ValueError(
+          f"step {step} is drawn on the features of refresh {refresh}, those of the model at step "
+          f"{refresh * space.refresh_every}, and {where}: they cannot be recomputed from the model at a "
+          f"later step. Resume from a checkpoint at a multiple of refresh_every={space.refresh_every}, or "
+          "give the ModelSpace a directory (and keep enough refreshes) before training.")
+    drawer = self._build_drawer(features, built.labels)
+    built.drawer.refresh_from(drawer)
+    if built.mingling is not None:
+      assert drawer.mingling is not None  # the same sampler
+      built.mingling = drawer.mingling
+      built.mingling_tensor.assign(drawer.mingling.values.astype(np.int32))
+    # Last: a draw waiting for this refresh reads the drawer's state once it sees the version.
+    built.refresh_version.assign(refresh)
+    seconds = time.perf_counter() - began
+    built.refresh_seconds += seconds
+    built.refreshes += 1
+    return seconds
+
+  def refreshes_installed(self) -> int:
+    """How many refreshes of the features this batcher installed in this process (model-space batchers)."""
+    self._require_model_space()
+    return self._require_built().refreshes
+
+  def refresh_seconds(self) -> float:
+    """The seconds this batcher's refreshes took in this process (model-space batchers)."""
+    self._require_model_space()
+    return self._require_built().refresh_seconds
+
+  def _require_model_space(self) -> _model_space.ModelSpace:
+    if self._model_space is None:
+      raise ValueError("this batcher measures distances on fixed features; refreshes need "
+                       "repulsive_batch(..., model_space=tf_repulsive.ModelSpace(...)).")
+    return self._model_space
+
+  def _check_refresh_of(self, step: int) -> None:
+    """Raises if the features in force at `step` are not the ones installed (model-space batchers)."""
+    if self._model_space is None:
+      return
+    refresh = step // self._model_space.refresh_every
+    installed = int(self._require_built().refresh_version.numpy())
+    if installed != refresh:
+      raise ValueError(
+          f"step {step} is drawn on the features of refresh {refresh}, and the batcher holds those of "
+          f"{'no refresh' if installed == _model_space.NO_REFRESH else f'refresh {installed}'}: call "
+          "batcher.refresh_features(step) first.")
+
   def batch_indices(self, step: int) -> np.ndarray:
     """The dataset indices of the global batch of step `step` (pure: the pipeline is not touched).
 
@@ -258,12 +370,14 @@ class RepulsiveBatcher:
     """
     step = _check_step(step)
     self._require_built()
+    self._check_refresh_of(step)
     return self._draw_of(step)[0]
 
   def fallback_points(self, step: int) -> int:
     """How many points of the batch of `step` the fallback fill supplied (pure)."""
     step = _check_step(step)
     self._require_built()
+    self._check_refresh_of(step)
     return int(self._draw_of(step)[1])
 
   def pi(self, step: int) -> np.ndarray | None:
@@ -315,8 +429,14 @@ class RepulsiveBatcher:
     rows = built.step_record.numpy()[steps % _RECORDED_STEPS]
     found = rows[:, 0] == steps
     missing = np.flatnonzero(~found)
+    if self._model_space is not None and recompute_at_most is not None:
+      # Only steps of the refresh installed can be drawn again here.
+      installed = int(built.refresh_version.numpy())
+      missing = missing[steps[missing] // self._model_space.refresh_every == installed]
     if recompute_at_most is None or missing.size <= recompute_at_most:
       for position in missing:
+        if recompute_at_most is None:
+          self._check_refresh_of(int(steps[position]))
         indices, fallback = self._draw_of(int(steps[position]))
         rows[position, 1] = fallback
         if built.mingling is not None:
@@ -405,23 +525,28 @@ class RepulsiveBatcher:
     label_kind = sampler.label_kind
     if label_kind not in ("class", "target"):
       raise ValueError(f"{type(sampler).__name__}.label_kind must be 'class' or 'target'; got {label_kind!r}.")
-    data = _reading.materialize(dataset, self._feature_fn, self._label_fn, sampler.needs_labels, self._max_elements,
+    space = self._model_space
+    # A model-space batcher measures distances on the model's features (computed below), not the input's.
+    feature_fn = _no_input_features if space is not None else self._feature_fn
+    data = _reading.materialize(dataset, feature_fn, self._label_fn, sampler.needs_labels, self._max_elements,
                                 self._verbose, label_kind)
     num_points = data.features.shape[0]
     if self.batch_size > num_points:
       raise ValueError(
           f"`batch_size` = {self.batch_size} exceeds the dataset size N = {num_points}; a batch "
           "holds distinct elements.")
-    drawer = sampler.build(_contract.SamplingContext(
-        features=data.features, labels=data.labels, batch_size=self.batch_size,
-        distance_cache_bytes=self._distance_cache_bytes, verbose=self._verbose))
-    if not isinstance(drawer, _contract.BatchDrawer):
-      raise TypeError(
-          f"{type(sampler).__name__}.build must return a tf_repulsive.BatchDrawer (subclass it); got "
-          f"{type(drawer).__name__}.")
-    _checks.integer(drawer.steps_per_draw, f"{type(drawer).__name__}.steps_per_draw", 1,
-                    hint="It is the number of steps one draw covers.")
-    self._built = _Built(drawer, data)
+    if space is None:
+      drawer = self._build_drawer(data.features, data.labels)
+    else:
+      # The model as it is now: the drawer's shapes and the build's checks. Which refresh the
+      # stream draws on is installed later, by `refresh_features`.
+      refreshable = self._build_drawer(_model_space.compute(space, data.elements), data.labels).refreshable()
+      if refreshable is None:
+        raise TypeError(
+            f"{type(sampler).__name__} cannot take refreshed features (its drawer's refreshable() is None): "
+            "with model_space use Uniform, VanillaPDS, EasyPDS, DensePDS or AnnealPDS.")
+      drawer = refreshable
+    self._built = _Built(drawer, data, refreshing=space is not None)
     traced_draw = drawer.traced_draw()
     if traced_draw is not None:
       self._draw_once = functools.partial(traced_draw, self._key)
@@ -432,6 +557,27 @@ class RepulsiveBatcher:
     if drawer.radius is not None:
       self._warn_if_first_batch_needs_the_fill()
     return self._built
+
+  def _build_drawer(self, features: np.ndarray, labels: np.ndarray | None) -> _contract.BatchDrawer:
+    """The sampler's drawer for these features, its type and steps per draw checked."""
+    space = self._model_space
+    sampler = self.sampler
+    # A model-space stream draws each step as it delivers it (see `__call__`).
+    most = 16 if space is None else 1
+    drawer = sampler.build(_contract.SamplingContext(
+        features=features, labels=labels, batch_size=self.batch_size,
+        distance_cache_bytes=self._distance_cache_bytes, verbose=self._verbose, max_steps_per_draw=most))
+    if not isinstance(drawer, _contract.BatchDrawer):
+      raise TypeError(
+          f"{type(sampler).__name__}.build must return a tf_repulsive.BatchDrawer (subclass it); got "
+          f"{type(drawer).__name__}.")
+    _checks.integer(drawer.steps_per_draw, f"{type(drawer).__name__}.steps_per_draw", 1,
+                    hint="It is the number of steps one draw covers.")
+    if drawer.steps_per_draw > most:
+      raise ValueError(
+          f"{type(drawer).__name__}.steps_per_draw = {drawer.steps_per_draw} exceeds the context's "
+          f"max_steps_per_draw = {most}.")
+    return drawer
 
   def _draw_of(self, step: int) -> tuple[np.ndarray, int]:
     """The indices and fallback count of the batch of `step` (from the draw that covers it)."""
@@ -462,18 +608,26 @@ class RepulsiveBatcher:
           lambda: tf.debugging.assert_less_equal(
               built.last_step_delivered.read_value(), start, message=_BEGUN_AGAIN_MESSAGE),
           tf.no_op))
+    space = self._model_space
+    if space is not None:
+      # The draw (and the mingling values recorded with it) reads the refreshed state only once
+      # its refresh is in: prefetching waits here. A probe (Keras' model build) draws on any.
+      refresh = first_step // space.refresh_every
+      checks.append(tf.cond(probe, tf.no_op, lambda: _model_space.wait_for_refresh(
+          built.refresh_version, refresh, first_step + skip, space.timeout_seconds)))
     with tf.control_dependencies(checks):
       indices, fallback = _checked_draw(built.drawer, self._key, first_step, self.batch_size)
-    indices, fallback = indices[skip:end], tf.cast(fallback[skip:end], tf.int64)
-    steps = first_step + tf.range(skip, end, dtype=tf.int64)
-    recorded = [built.counters.assign_add(tf.stack([
-        tf.cast(tf.size(fallback), tf.int64), tf.cast(tf.equal(offset, 0), tf.int64), tf.math.count_nonzero(fallback),
-        tf.reduce_sum(fallback)]))]
-    columns = [steps[:, None], fallback[:, None]]
-    if built.mingling is not None:
-      columns.append(tf.math.bincount(tf.gather(built.mingling_tensor, indices), minlength=built.num_mingling_values,
-                                      maxlength=built.num_mingling_values, dtype=tf.int64, axis=-1))
-    recorded.append(built.step_record.scatter_nd_update((steps % _RECORDED_STEPS)[:, None], tf.concat(columns, axis=1)))
+      indices, fallback = indices[skip:end], tf.cast(fallback[skip:end], tf.int64)
+      steps = first_step + tf.range(skip, end, dtype=tf.int64)
+      recorded = [built.counters.assign_add(tf.stack([
+          tf.cast(tf.size(fallback), tf.int64), tf.cast(tf.equal(offset, 0), tf.int64),
+          tf.math.count_nonzero(fallback), tf.reduce_sum(fallback)]))]
+      columns = [steps[:, None], fallback[:, None]]
+      if built.mingling is not None:
+        columns.append(tf.math.bincount(tf.gather(built.mingling_tensor, indices), minlength=built.num_mingling_values,
+                                        maxlength=built.num_mingling_values, dtype=tf.int64, axis=-1))
+      recorded.append(built.step_record.scatter_nd_update((steps % _RECORDED_STEPS)[:, None],
+                                                          tf.concat(columns, axis=1)))
     with tf.control_dependencies(recorded):
       return tf.identity(indices), steps
 
@@ -519,7 +673,7 @@ class RepulsiveBatcher:
     return _stream_ops.scan_on_host(draws, tf.constant([_UNSET, 0], tf.int64), locate)
 
   @staticmethod
-  def _finish(built: _Built, batches: tf.data.Dataset) -> tf.data.Dataset:
+  def _finish(built: _Built, batches: tf.data.Dataset, prefetch: bool = True) -> tf.data.Dataset:
     """The stream of (batch, step) as it leaves the pipeline: prefetched, the step recorded, dropped."""
     options = tf.data.Options()
     # The counters (and the start of a callback-started stream) are variables; their values are
@@ -542,7 +696,9 @@ class RepulsiveBatcher:
       with tf.control_dependencies([last_step_delivered.assign(step)]):
         return tf.nest.map_structure(tf.identity, batch)
 
-    stream = _stream_ops.map_on_host(batches.prefetch(tf.data.AUTOTUNE), deliver).with_options(options)
+    if prefetch:
+      batches = batches.prefetch(tf.data.AUTOTUNE)
+    stream = _stream_ops.map_on_host(batches, deliver).with_options(options)
     built.stream = weakref.ref(stream)
     return stream
 
@@ -550,7 +706,7 @@ class RepulsiveBatcher:
     # A filled batch is still k distinct points, but partly uniform: say so once, at build time,
     # rather than let the repulsion weaken unnoticed.
     built = self._require_built()
-    fallback = self.fallback_points(0)
+    fallback = self._draw_of(0)[1]
     if fallback:
       cause = ("The radius is too large for this batch size on this data" if self.pi(0) is None
                else "The radius is too large for this batch size on the points that pi favours at step 0")
@@ -580,6 +736,12 @@ def _check_step(step: Any) -> int:
   return _checks.integer(step, "step", 0)
 
 
+def _no_input_features(*components: Any) -> tf.Tensor:
+  """The feature function of a model-space batcher's reading: the input's features are not used."""
+  del components
+  return tf.zeros([1])
+
+
 def repulsive_batch(
     batch_size: int,
     sampler: _contract.Sampler,
@@ -592,6 +754,7 @@ def repulsive_batch(
     distance_cache_bytes: int = _DEFAULT_DISTANCE_CACHE_BYTES,
     verbose: bool = True,
     name: str = "sampler",
+    model_space: _model_space.ModelSpace | None = None,
 ) -> RepulsiveBatcher:
   """Draws every mini-batch of a finite dataset from a repulsive point process.
 
@@ -642,6 +805,10 @@ def repulsive_batch(
       eigendecomposition. False: silent.
     name: what the callbacks' log keys start with (`<name>_mingling`, ...); batchers whose
       callbacks run in one `fit` need different names.
+    model_space: a `ModelSpace`: distances are measured on features computed from the model
+      being trained (its embedding, its per-example gradient), recomputed every
+      `refresh_every` steps, instead of on `feature_fn`'s. The sampler must be Uniform or a
+      Poisson disk sampler; the build computes the features of the model as it is then.
 
   Returns:
     `RepulsiveBatcher`: `dataset.apply(batcher)` gives the batches; the batcher is the handle
@@ -667,6 +834,12 @@ def repulsive_batch(
   for fn, argument in ((feature_fn, "feature_fn"), (label_fn, "label_fn")):
     if fn is not None and not callable(fn):
       raise TypeError(f"`{argument}` must be callable or None; got {fn!r}.")
+  if model_space is not None:
+    if not isinstance(model_space, _model_space.ModelSpace):
+      raise TypeError(f"`model_space` must be a tf_repulsive.ModelSpace or None; got {model_space!r}.")
+    if feature_fn is not None:
+      raise ValueError("pass `feature_fn` (features of the elements) or `model_space` (features computed by the "
+                       "model), not both.")
   if seed is not None:
     seed = _checks.integer(seed, "seed")
   if seed is not None and not -2**63 <= seed < 2**63:
@@ -685,4 +858,5 @@ def repulsive_batch(
     seed = int(tf.random.uniform([], maxval=2**62, dtype=tf.int64))
   return RepulsiveBatcher(batch_size, sampler, feature_fn=feature_fn, label_fn=label_fn, seed=seed,
                           start_step=start_step, max_elements=max_elements,
-                          distance_cache_bytes=distance_cache_bytes, verbose=verbose, name=name)
+                          distance_cache_bytes=distance_cache_bytes, verbose=verbose, name=name,
+                          model_space=model_space)

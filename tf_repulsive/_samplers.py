@@ -41,7 +41,7 @@ class Uniform(Sampler):
     plan = _dart_throwing.DartPlan(point_radius=None, pi=None, mingling_values=None, num_mingling_values=0,
                                    max_darts=_dart_budget(None, context.batch_size))
     return _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
-                                      verbose=context.verbose)
+                                      verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
 
 
 class DiskSampler(Sampler):
@@ -64,7 +64,7 @@ class DiskSampler(Sampler):
     plan = self.plan(batch_size=context.batch_size, radius=radius,
                      mingling_values=None if mingling is None else mingling.values, num_points=num_points)
     thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
-                                         verbose=context.verbose)
+                                         verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
     if self.radius == _radius.AUTO:
       scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.batch_size,
                                          context.verbose)
@@ -107,7 +107,7 @@ class VanillaPDS(DiskSampler):
     del mingling_values
     return _dart_throwing.DartPlan(
         point_radius=np.full([num_points], radius), pi=None, mingling_values=None,
-        num_mingling_values=0, max_darts=_dart_budget(self.max_darts, batch_size))
+        num_mingling_values=0, max_darts=_dart_budget(self.max_darts, batch_size), one_radius=True)
 
 
 class _MinglingPDS(DiskSampler):
@@ -219,9 +219,9 @@ class DensePDS(_MinglingPDS):
           f"(values present: {np.flatnonzero(present).tolist()}); give those values weight.")
     pi = tf.constant(self.pi, tf.float64)
     return _dart_throwing.DartPlan(
-        point_radius=np.full([num_points], radius), pi=lambda step: pi,
+        point_radius=np.full([num_points], radius), pi=lambda histogram, step: pi,
         mingling_values=mingling_values, num_mingling_values=self.neighbors + 1,
-        max_darts=_dart_budget(self.max_darts, batch_size))
+        max_darts=_dart_budget(self.max_darts, batch_size), one_radius=True)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -269,7 +269,6 @@ class AnnealPDS(_MinglingPDS):
           f"`schedule` returned {first.tolist()} at n = 0: it must be finite, non-negative and put "
           "mass on a mingling value that occurs in the data.")
     return _dart_throwing.DartPlan(
-        point_radius=np.full([num_points], radius),
-        pi=lambda step: schedule(histogram, step),
+        point_radius=np.full([num_points], radius), pi=schedule,
         mingling_values=mingling_values, num_mingling_values=self.neighbors + 1,
-        max_darts=_dart_budget(self.max_darts, batch_size))
+        max_darts=_dart_budget(self.max_darts, batch_size), one_radius=True)

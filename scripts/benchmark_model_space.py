@@ -1,0 +1,71 @@
+"""Batches/s of a `ModelSpace` stream (each step drawn as it is taken) against the same sampler's fixed-feature stream.
+
+  PYTHONPATH=. .venv/bin/python scripts/benchmark_model_space.py [--num_points=8000] [--dim=256]
+      [--batch_size=50] [--rounds=3] [--steps=300]
+
+Gaussian features of `dim` dimensions and 10 random labels; the model is an MLP (dim -> 256 ->
+10) whose penultimate activations (`EmbeddingFeatures`) are the model-space features. For Vanilla
+and Anneal PDS with `radius="auto"`: the build and one refresh (seconds), then steady-state
+batches/s of both streams, one iterator each, consumed by a Python loop of `next`, in rounds
+that alternate them. The model-space stream draws one step per call in the consumer's thread; the
+fixed one draws several steps per call ahead, in parallel.
+"""
+
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tf_repulsive  # noqa: E402
+
+_NUM_POINTS = flags.DEFINE_integer("num_points", 8000, "N.")
+_DIM = flags.DEFINE_integer("dim", 256, "d of the inputs (the embedding has 256).")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "k.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds.")
+_STEPS = flags.DEFINE_integer("steps", 300, "Batches per stream per round.")
+
+
+def main(argv):
+  del argv
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(_NUM_POINTS.value, _DIM.value)).astype(np.float32)
+  y = rng.integers(0, 10, _NUM_POINTS.value)
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((_DIM.value,)), keras.layers.Dense(256, activation="relu"),
+                            keras.layers.Dense(10)])
+  data = tf.data.Dataset.from_tensor_slices((x, y))
+  print(f"N = {_NUM_POINTS.value}, d = {_DIM.value} (embedding 256), k = {_BATCH_SIZE.value}, radius auto")
+  for name, sampler in (("vanilla_pds", tf_repulsive.VanillaPDS(radius="auto")),
+                        ("anneal_pds", tf_repulsive.AnnealPDS(radius="auto"))):
+    fixed = tf_repulsive.repulsive_batch(_BATCH_SIZE.value, sampler, seed=0, start_step=0, verbose=False)
+    space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), refresh_every=10**9, verbose=False)
+    refreshed = tf_repulsive.repulsive_batch(_BATCH_SIZE.value, sampler, seed=0, start_step=0, model_space=space,
+                                             verbose=False)
+    began = time.perf_counter()
+    refreshed_stream = data.apply(refreshed)
+    build = time.perf_counter() - began
+    refresh = refreshed.refresh_features(0)
+    iterators = {"fixed": iter(data.apply(fixed)), "model_space": iter(refreshed_stream)}
+    for iterator in iterators.values():
+      for _ in range(20):  # past the first batches
+        next(iterator)
+    rates = {stream: [] for stream in iterators}
+    for _ in range(_ROUNDS.value):
+      for stream, iterator in iterators.items():
+        began = time.perf_counter()
+        for _ in range(_STEPS.value):
+          next(iterator)
+        rates[stream].append(_STEPS.value / (time.perf_counter() - began))
+    print(f"{name}: model-space build {build:.1f} s, refresh {refresh:.1f} s; batches/s "
+          + "; ".join(f"{stream} {min(values):.0f}-{max(values):.0f}" for stream, values in rates.items())
+          + f"; ratio {np.mean(rates['model_space']) / np.mean(rates['fixed']):.2f}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,16 +1,19 @@
 """One process of the Keras resume test: train with BackupAndRestore, crash or resume.
 
-`python keras_resume_run.py crash|resume|straight ORDER WORKDIR`, ORDER one of `callback_first`,
-`backup_first`, `no_callback`; `straight` trains without a crash. One model trains on a zip of
-every sampler's stream (one `AnnealingCallback` each), so one fit checks them all: its train step
-fingerprints each sampler's batch (`no_callback`: one sampler, no callback). The last stream
-(`model_space`) draws Vanilla PDS on the model's hidden activations, refreshed every
-REFRESH_EVERY steps. Writes WORKDIR/<phase>.json: {"consumed": [[optimizer step, [fingerprint per
-stream]], ...]} and, when `fit` failed on the data, "error".
+`python keras_resume_run.py crash|resume ORDER WORKDIR`, ORDER one of `callback_first`,
+`backup_first`, `no_callback`. `crash` trains without stopping, but copies what a crash at step
+CRASH_AT would leave (the backup, the saved refreshes) to WORKDIR/crashed; `resume` continues
+from that copy in a new process. One model trains on a zip of every sampler's stream (one
+`AnnealingCallback` each), so one fit checks them all: its train step fingerprints each stream's
+batch (`no_callback`: one sampler, no callback). The last stream (`model_space`) draws Vanilla
+PDS on the model's hidden activations, refreshed every REFRESH_EVERY steps: the uninterrupted
+`crash` run's batches are its reference. Writes WORKDIR/<phase>.json: {"consumed": [[optimizer
+step, [fingerprint per stream]], ...]} and, when `fit` failed on the data, "error".
 """
 
 import json
 import os
+import shutil
 import sys
 
 import keras
@@ -37,10 +40,10 @@ def digits():
   return (data.data[:NUM_POINTS] / 16.0).astype(np.float32), data.target[:NUM_POINTS].astype(np.int64)
 
 
-def batcher_for(sampler_name, model=None, workdir=None):
+def batcher_for(sampler_name, model=None, refreshes=None):
   if sampler_name == MODEL_SPACE:
-    space = tf_repulsive.ModelSpace(model, HiddenFeatures(), refresh_every=REFRESH_EVERY,
-                                    directory=os.path.join(workdir, "refreshes"), verbose=False)
+    space = tf_repulsive.ModelSpace(model, HiddenFeatures(), refresh_every=REFRESH_EVERY, directory=refreshes,
+                                    verbose=False)
     return tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, name=sampler_name,
                                         model_space=space, verbose=False)
   return tf_repulsive.repulsive_batch(BATCH, checkpoint_cases.SAMPLERS[sampler_name](), seed=SEED, name=sampler_name)
@@ -81,9 +84,16 @@ class Record(keras.callbacks.Callback):
 
 
 class Crash(keras.callbacks.Callback):
+  """Copies what a crash before step CRASH_AT leaves on disk (each directory, to `crashed`)."""
+
+  def __init__(self, directories, crashed):
+    super().__init__()
+    self.directories, self.crashed = directories, crashed
+
   def on_train_batch_begin(self, batch, logs=None):
     if int(self.model.optimizer.iterations.numpy()) == CRASH_AT:
-      raise RuntimeError("simulated crash")
+      for directory in self.directories:
+        shutil.copytree(directory, os.path.join(self.crashed, os.path.basename(directory)))
 
 
 def train(phase, order, workdir):
@@ -95,24 +105,26 @@ def train(phase, order, workdir):
   model.compile(optimizer=keras.optimizers.Adam(1e-3),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   model(tuple(x[:1] for _ in names))  # BackupAndRestore (and the model's features) need a built model
-  batchers = [batcher_for(name, model, workdir) for name in names]
+  # The crash run writes here; the resumed run continues from the copy of what a crash left.
+  saved = workdir if phase == "crash" else os.path.join(workdir, "crashed")
+  backup_dir, refreshes = os.path.join(saved, "backup"), os.path.join(saved, "refreshes")
+  batchers = [batcher_for(name, model, refreshes) for name in names]
   streams = [tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher) for batcher in batchers]
   # (The prefetch runs the model-space stream's deliveries ahead: they wait for each refresh.)
   batches = tf.data.Dataset.zip(tuple(streams)).map(
       lambda *pairs: (tuple(pair[0] for pair in pairs), pairs[0][1])).prefetch(2)
-  backup = keras.callbacks.BackupAndRestore(os.path.join(workdir, "backup"), save_freq=SAVE_FREQ)
+  backup = keras.callbacks.BackupAndRestore(backup_dir, save_freq=SAVE_FREQ)
   aligning = [] if order == "no_callback" else [tf_repulsive.AnnealingCallback(b) for b in batchers]
   callbacks = aligning + [backup] if order == "callback_first" else [backup] + aligning
   record = Record()
-  callbacks += [record] + ([Crash()] if phase == "crash" else [])
+  crashed = os.path.join(workdir, "crashed")
+  directories = [backup_dir] + ([refreshes] if MODEL_SPACE in names else [])
+  callbacks += [record] + ([Crash(directories, crashed)] if phase == "crash" else [])
   result = {"consumed": record.consumed}
   try:
-    # (The straight run trains an epoch more: as far as the resumed run, which repeats part of one.)
-    model.fit(batches, epochs=EPOCHS + (phase == "straight"), steps_per_epoch=batchers[0].steps_per_epoch, verbose=0,
+    # (The crash run trains an epoch more: as far as the resumed run, which repeats part of one.)
+    model.fit(batches, epochs=EPOCHS + (phase == "crash"), steps_per_epoch=batchers[0].steps_per_epoch, verbose=0,
               callbacks=callbacks)
-  except RuntimeError as error:
-    if "simulated crash" not in str(error):
-      raise
   except tf.errors.InvalidArgumentError as error:
     result["error"] = error.message
   return result

@@ -19,27 +19,25 @@ import keras_resume_run as run
 _SECONDS = 300
 
 
-def _run_phases(runs, tmp_path):
-  """Runs (phase, order) pairs at once (one process each) and returns (phase, order) -> results."""
-  processes = {(phase, order): subprocess.Popen(
-      [sys.executable, run.__file__, phase, order, str(tmp_path / (order if phase != "straight" else phase))],
-      cwd=str(tmp_path.parent)) for phase, order in runs}
-  for (phase, order), process in processes.items():
+def _run_phase(phase, orders, tmp_path):
+  """Runs one phase for every order at once (one process each) and returns order -> results."""
+  processes = {order: subprocess.Popen([sys.executable, run.__file__, phase, order, str(tmp_path / order)],
+                                       cwd=str(tmp_path.parent))
+               for order in orders}
+  for order, process in processes.items():
     assert process.wait(timeout=_SECONDS) == 0, f"{phase} {order}"
-  return {(phase, order): json.loads((tmp_path / (order if phase != "straight" else phase) / f"{phase}.json")
-                                     .read_text()) for phase, order in runs}
+  return {order: json.loads((tmp_path / order / f"{phase}.json").read_text()) for order in orders}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   tmp_path = tmp_path_factory.mktemp("keras_resume")
   orders = ("callback_first", "backup_first", "no_callback")
-  for directory in orders + ("straight",):
-    (tmp_path / directory).mkdir()
-  first = _run_phases([("crash", order) for order in orders] + [("straight", "callback_first")], tmp_path)
-  resumed = _run_phases([("resume", order) for order in orders[:2]], tmp_path)
-  crashed = {order: first[("crash", order)] for order in orders}
-  return crashed, {order: resumed[("resume", order)] for order in orders[:2]}, first[("straight", "callback_first")]
+  for order in orders:
+    (tmp_path / order).mkdir()
+  crashed = _run_phase("crash", orders, tmp_path)
+  resumed = _run_phase("resume", orders[:2], tmp_path)
+  return crashed, resumed
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +55,9 @@ def draw_fingerprints():
 
 @pytest.mark.parametrize("order", ["callback_first", "backup_first"])
 def test_every_optimizer_step_trains_on_its_draw_across_a_crash_and_a_new_process(runs, draw_fingerprints, order):
-  crashed, resumed, straight = runs
-  before, after = crashed[order]["consumed"], resumed[order]["consumed"]
+  crashed, resumed = runs
+  uninterrupted = crashed[order]["consumed"]
+  before, after = uninterrupted[:run.CRASH_AT], resumed[order]["consumed"]
   assert [step for step, _ in before] == list(range(run.CRASH_AT))
   # The last backup was after step 25 (one every 5); Keras reruns epoch 1 from the restored
   # optimizer, so the rerun trains steps 25 .. 64.
@@ -67,13 +66,14 @@ def test_every_optimizer_step_trains_on_its_draw_across_a_crash_and_a_new_proces
   consumed = before + after
   fingerprints = np.array([fingerprints for _, fingerprints in consumed])
   np.testing.assert_allclose(fingerprints[:, :-1], draw_fingerprints[[step for step, _ in consumed]], rtol=1e-9)
-  # The model-space stream: the uninterrupted run's batches, refresh 3 read back at step 25.
-  uninterrupted = np.array([fingerprints for _, fingerprints in straight["consumed"]])
-  assert [step for step, _ in straight["consumed"]][:len(consumed)] == list(range(len(consumed)))
-  np.testing.assert_array_equal(fingerprints[:, -1], uninterrupted[:len(consumed), -1])
+  # The model-space stream: the uninterrupted run's batches (refresh 3 read back at step 25, the
+  # later ones computed from the resumed model).
+  assert [step for step, _ in uninterrupted][:len(consumed)] == list(range(len(consumed)))
+  np.testing.assert_array_equal(fingerprints[:, -1],
+                                np.array([fingerprints for _, fingerprints in uninterrupted])[:len(consumed), -1])
 
 
 def test_without_the_callback_fit_fails_at_once_saying_what_to_add(runs):
-  crashed, _, _ = runs
+  crashed, _ = runs
   assert "AnnealingCallback" in crashed["no_callback"]["error"]
   assert crashed["no_callback"]["consumed"] == []

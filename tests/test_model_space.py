@@ -272,3 +272,27 @@ def test_fit_refuses_several_workers_and_tf_data_service(monkeypatch):
   monkeypatch.setattr(_dataset_graph, "read_from_service", lambda dataset: True)
   with pytest.raises(ValueError, match="service workers.*refreshed from the model"):
     model.fit(stream, steps_per_epoch=10, verbose=0, callbacks=[tf_repulsive.BatchStreamCallback(fixed_start)])
+
+
+class _CountingEmbedding(tf_repulsive.EmbeddingFeatures):
+  """The embedding, counting the inference passes."""
+
+  def features_fn(self, model):
+    self.passes.append(1)
+    return super().features_fn(model)
+
+
+def test_the_first_refresh_of_an_unchanged_model_reuses_the_build_pass():
+  x, y = _data()
+  model = _model()
+  source = _CountingEmbedding()
+  object.__setattr__(source, "passes", [])
+  space = tf_repulsive.ModelSpace(model, source, refresh_every=2, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0,
+                                         model_space=space, verbose=False)
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  batcher.refresh_features(0)  # the model the build read: no second pass
+  assert len(source.passes) == 1
+  model.train_on_batch(x[:BATCH], y[:BATCH])
+  batcher.refresh_features(2)
+  assert len(source.passes) == 2

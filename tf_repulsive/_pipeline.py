@@ -119,6 +119,8 @@ class _Built:
     # Refreshes installed in this process, and the seconds they took.
     self.refreshes = 0
     self.refresh_seconds = 0.0
+    # (fingerprint of the model's weights, features) computed by the build, until the first refresh.
+    self.build_features: tuple[str, np.ndarray] | None = None
 
 
 class RepulsiveBatcher:
@@ -305,7 +307,8 @@ class RepulsiveBatcher:
     if saved is not None and (not at_refresh_step or saved[1] == fingerprint):
       features = saved[0]
     elif at_refresh_step:
-      features = _model_space.compute(space, built.elements)
+      kept = built.build_features
+      features = kept[1] if kept is not None and kept[0] == fingerprint else _model_space.compute(space, built.elements)
       _model_space.save(space, refresh, features, fingerprint)
     else:
       where = ("no directory is set (ModelSpace.directory)" if space.directory is None
@@ -315,6 +318,7 @@ class RepulsiveBatcher:
           f"{refresh * space.refresh_every}, and {where}: they cannot be recomputed from the model at a "
           f"later step. Resume from a checkpoint at a multiple of refresh_every={space.refresh_every}, or "
           "give the ModelSpace a directory (and keep enough refreshes) before training.")
+    built.build_features = None
     drawer = self._build_drawer(features, built.labels)
     built.drawer.refresh_from(drawer)
     if built.mingling is not None:
@@ -540,13 +544,18 @@ class RepulsiveBatcher:
     else:
       # The model as it is now: the drawer's shapes and the build's checks. Which refresh the
       # stream draws on is installed later, by `refresh_features`.
-      refreshable = self._build_drawer(_model_space.compute(space, data.elements), data.labels).refreshable()
+      build_features = _model_space.compute(space, data.elements)
+      refreshable = self._build_drawer(build_features, data.labels).refreshable()
       if refreshable is None:
         raise TypeError(
             f"{type(sampler).__name__} cannot take refreshed features (its drawer's refreshable() is None): "
             "with model_space use Uniform, VanillaPDS, EasyPDS, DensePDS or AnnealPDS.")
       drawer = refreshable
     self._built = _Built(drawer, data, refreshing=space is not None)
+    if space is not None:
+      # Kept for the first refresh: when the model has not changed since (a new training's step
+      # 0), it installs these instead of a second inference pass.
+      self._built.build_features = (_model_space.weights_fingerprint(space.model), build_features)
     traced_draw = drawer.traced_draw()
     if traced_draw is not None:
       self._draw_once = functools.partial(traced_draw, self._key)

@@ -296,3 +296,21 @@ def test_the_first_refresh_of_an_unchanged_model_reuses_the_build_pass():
   model.train_on_batch(x[:BATCH], y[:BATCH])
   batcher.refresh_features(2)
   assert len(source.passes) == 2
+
+
+@pytest.mark.filterwarnings("ignore:the darts filled only")
+def test_keras_sample_weight_elements_keep_their_weights_and_features_come_from_x():
+  x, y = _data()
+  weights = np.linspace(0.5, 1.5, NUM_POINTS).astype(np.float32)
+  model = _model()
+  space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=4, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0,
+                                         model_space=space, verbose=False)
+  iterator = iter(tf.data.Dataset.from_tensor_slices((x, y, weights)).apply(batcher))
+  batcher.refresh_features(0)
+  batch_x, batch_y, batch_weights = (component.numpy() for component in next(iterator))
+  expected, _ = _reference_batches(tf_repulsive.VanillaPDS(),
+                                   tf_repulsive.model_features(tf_repulsive.GradientFeatures(), model, x, y), y, [0])
+  np.testing.assert_array_equal(batch_x, x[expected[0]])
+  np.testing.assert_array_equal(batch_y, y[expected[0]])
+  np.testing.assert_array_equal(batch_weights, weights[expected[0]])

@@ -10,7 +10,9 @@ Cases (data x sampler x radius at batch size k):
   mnist_like: the 60000 x 784 clusters of benchmark_throughput.py, k = 50, VanillaPDS default.
 Per case: the whole build (`dataset.apply(batcher)`, after one warm-up build in the process), the
 calibration's own draws (rerun on the built drawer, median of 3), the K-nearest-neighbour search
-of the mingling values (median of 2), and a new iterator's first batch (median of 5 new iterators).
+of the mingling values (median of 2), the estimate of the inclusion probabilities that
+`inclusion_weights=True` adds to the build (samplers with one law for every step; once), and a
+new iterator's first batch (median of 5 new iterators).
 """
 
 import os
@@ -89,8 +91,8 @@ def main(argv):
   x, y = _digits()
   _build(x, y, 50, "VanillaPDS", None)  # warm-up: a process's first build traces more
   print("| data | k | sampler, radius | radius | build (s) | calibration (s) | mingling search (s) | "
-        "first batch (ms) |")
-  print("|---|---|---|---|---|---|---|---|")
+        "inclusion probabilities (s) | first batch (ms) |")
+  print("|---|---|---|---|---|---|---|---|---|")
   for name in _CASES.value:
     label, make, k, samplers = CASES[name]
     x, y = make()
@@ -102,11 +104,15 @@ def main(argv):
           if radius == "auto" else None)
       mingling = (_median_seconds(lambda: _mingling.mingling_values(x, y.astype(np.int64), 5), 2)
                   if batcher.drawer.mingling is not None else None)
+      began = time.perf_counter()
+      estimated = drawer.inclusion_probabilities(tf.constant([1, 2], tf.int64), verbose=False) is not None
+      inclusion = time.perf_counter() - began if estimated else None
       # One batch per iterator: a peek, which the fixed start allows any number of times.
       first = 1000 * _median_seconds(lambda: next(iter(stream)), 5)
       print(f"| {label} | {k} | {sampler_name}, {radius or 'default'} | {batcher.stats().radius:.4g} | "
             f"{seconds:.2f} | {'' if calibration is None else f'{calibration:.2f}'} | "
-            f"{'' if mingling is None else f'{mingling:.1f}'} | {first:.0f} |", flush=True)
+            f"{'' if mingling is None else f'{mingling:.1f}'} | "
+            f"{'' if inclusion is None else f'{inclusion:.2f}'} | {first:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ def test_small_run_measures_every_sampler_in_every_space(example_main, tmp_path)
       "--checkpoint_steps=2", "--num_seeds=1", "--variables=last_layer", "--sketch_dim=0", "--projection_dim=16")
   lines = []
   rows = measure.measure(settings.config_from_flags(measure.Config), tmp_path, log=lines.append)
-  expected = ["uniform", "epoch_shuffle"] + [f"{name}@{space}" for space in ("input", "embedding", "gradient")
-                                             for name in ("vanilla_pds", "anneal_pds")]
+  expected = ["uniform", "epoch_shuffle"] + [
+      row for space in ("input", "embedding", "gradient")
+      for row in (f"vanilla_pds@{space}", f"vanilla_pds@{space} weighted", f"anneal_pds@{space}")
+  ] + [measure.IMPORTANCE_SAMPLING]
   assert [row["sampler"] for row in rows] == expected and {row["step"] for row in rows} == {2}
   # The disks live in a different space each time: so do their radii.
   radii = {row["sampler"]: row["radius"] for row in rows}

@@ -103,6 +103,22 @@ class BatchDrawer:
     del step
     return None
 
+  def inclusion_probabilities(self, key: tf.Tensor, verbose: bool) -> np.ndarray | None:
+    """`[N]` float64: each element's probability of being in a batch, or None (the default).
+
+    What `repulsive_batch(..., inclusion_weights=True)` weights the batches by. Only for a
+    drawer whose batches follow the same law at every step (the probabilities are computed once,
+    and again on each refresh of a `ModelSpace` batcher); None: it cannot, and such a batcher
+    refuses the sampler. Each should be positive for the points a batch can hold, and they sum
+    to k.
+
+    Args:
+      key: `[2]` int64 stateless key reserved for this estimate (not the stream's).
+      verbose: show a progress bar if it takes more than about 2 s.
+    """
+    del key, verbose
+    return None
+
   def refreshable(self) -> BatchDrawer | None:
     """A drawer of the same draws whose per-dataset tensors live in variables, or None (the default).
 

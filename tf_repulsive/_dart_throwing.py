@@ -50,6 +50,10 @@ _CENTER_ROW_BLOCK = 16384
 # The fallback fill draws candidates when N > this * k, and scores every point (O(N) = O(k)) below.
 _FILL_BY_SCORES_UP_TO = 8
 # The per-dataset tensors a refreshable thrower holds in variables (those of its plan).
+# Steps whose draws estimate the inclusion probabilities (`DartThrower.inclusion_probabilities`).
+INCLUSION_STEPS = 256
+# Bound on the cells of one [S, k, points] conflict matrix of that estimate.
+_INCLUSION_CELLS = 2**24
 _STATE = ("_features", "_shrunk_sq_norms", "_point_radius", "_sq_distances", "_points_by_value", "_value_counts",
           "_value_offsets", "_value_histogram")
 
@@ -68,6 +72,8 @@ class DartPlan:
     max_darts: bound on the darts thrown for one batch before the fallback fill.
     one_radius: whether every point has the same radius by construction (Vanilla, Dense, Anneal
       PDS), whatever the data: a refreshable thrower keeps the faster test for one radius only then.
+    pi_follows_step: whether `pi` changes with the step (Anneal PDS), so that the law of a batch,
+      and each point's probability of being in it, does too.
   """
 
   point_radius: np.ndarray | None
@@ -76,6 +82,7 @@ class DartPlan:
   num_mingling_values: int
   max_darts: int
   one_radius: bool = False
+  pi_follows_step: bool = False
 
 
 def steps_per_draw(batch_size: int, most: int = 16) -> int:
@@ -256,6 +263,61 @@ class DartThrower(BatchDrawer):
 
   def pi(self, step: tf.Tensor) -> tf.Tensor | None:
     return None if self._plan.pi is None else self._plan.pi(self._value_histogram, step)
+
+  def inclusion_probabilities(self, key: tf.Tensor, verbose: bool) -> np.ndarray | None:
+    """`[N]` each point's probability of being in a batch, from `INCLUSION_STEPS` draws; None under Anneal PDS.
+
+    Rao-Blackwellised over each draw's acceptance path, exact in expectation: while j points are
+    accepted, the next dart that survives is a draw from the proposal (uniform, or pi_m / count_m
+    over the points of mingling value m) restricted to the points no accepted disk covers, whatever
+    the darts it took to come; so point i's probability of being accepted j-th, given the path, is
+    q_i / Q_j when it is still free (Q_j: the proposal mass still free) and 0 otherwise. A draw
+    contributes that sum over j for every point, not just an indicator for the k it holds, so
+    a few hundred draws estimate every point's probability, also the rarely drawn ones. Points
+    the fallback fill supplies are uniform over those not taken: (k − c) / (N − c) each, for a
+    batch whose darts gave c. Cost: O(steps · k · N · d), one-time.
+
+    Args:
+      key: `[2]` int64 stateless key of these draws (not the stream's).
+      verbose: show a progress bar if the estimate takes more than about 2 s.
+    """
+    num_points, k = self._num_points, self._batch_size
+    if self._plan.pi_follows_step:
+      return None
+    if self._plan.point_radius is None and self._plan.pi is None:
+      return np.full(num_points, k / num_points)
+    thrower = self if self._variables is None else self._snapshot()
+    proposal = np.ones(num_points)
+    if self._plan.pi is not None:
+      assert thrower._value_counts is not None and thrower._points_by_value is not None  # a plan with pi
+      counts = thrower._value_counts.numpy()
+      pi = np.where(counts > 0, np.asarray(thrower.pi(tf.constant(0, tf.int64)), np.float64), 0.0)
+      values = np.empty(num_points, np.int64)
+      values[thrower._points_by_value.numpy()] = np.repeat(np.arange(len(counts)), counts.astype(np.int64))
+      proposal = (pi / np.maximum(counts, 1.0))[values]
+    draw = self.traced_draw()
+    steps = self.steps_per_draw
+    radius_scale = tf.constant(thrower.radius_scale, tf.float32)
+    columns = max(1, _INCLUSION_CELLS // (steps * k))
+    total = np.zeros(num_points)
+    num_draws = -(-INCLUSION_STEPS // steps)
+    with _progress.bar("estimating inclusion probabilities", num_draws, verbose) as progress:
+      for first_step in range(0, num_draws * steps, steps):
+        indices, fallback = draw(key, tf.constant(first_step, tf.int64))
+        accepted = k - fallback.numpy()
+        rows = tf.constant(indices)
+        # Per step and point, the acceptance index from which an accepted disk covers it (c: never).
+        covered_from = np.empty([steps, num_points], np.int64)
+        for start in range(0, num_points, columns):
+          cols = tf.range(start, min(start + columns, num_points))
+          hits = thrower._conflicts(rows, tf.tile(cols[None], [steps, 1]), radius_scale).numpy()
+          hits &= np.arange(k)[None, :, None] < accepted[:, None, None]
+          covered_from[:, start:start + len(cols)] = np.where(hits.any(axis=1), hits.argmax(axis=1),
+                                                              accepted[:, None])
+        for step in range(steps):
+          total += _path_inclusion(covered_from[step], int(accepted[step]), indices[step].numpy(), proposal, k)
+        progress.update(1)
+    return total / (num_draws * steps)
 
   def count_fills(self, radius_scale: float, key: tf.Tensor, steps: int, max_darts: int) -> int:
     """How many draws of steps 0 .. steps - 1 (whole draws) need the fallback fill within `max_darts` darts a batch.
@@ -603,6 +665,31 @@ class DartThrower(BatchDrawer):
       fresh = tf.math.top_k(scores, self._batch_size).indices
       position = tf.maximum(tf.range(self._batch_size)[None, :] - count[:, None], 0)
       return tf.where(occupied, accepted, tf.gather(fresh, position, batch_dims=1))
+
+
+def _path_inclusion(covered_from: np.ndarray, accepted: int, indices: np.ndarray, proposal: np.ndarray,
+                    batch_size: int) -> np.ndarray:
+  """Each point's probability of entering one batch given its acceptance path (`inclusion_probabilities`).
+
+  Args:
+    covered_from: `[N]` the number of accepted points after which an accepted disk covers the
+      point (`accepted` if none does); a point is free while fewer are accepted.
+    accepted: c, the points the darts accepted.
+    indices: `[k]` the batch, the c accepted first.
+    proposal: `[N]` unnormalised probability of a dart at each point.
+    batch_size: k.
+  """
+  if accepted == 0:
+    probability = np.zeros(len(proposal))
+  else:
+    # Q_j: the proposal's mass on the points still free while j are accepted, j < c.
+    free_mass = np.cumsum(np.bincount(covered_from, weights=proposal, minlength=accepted + 1)[::-1])[::-1][:accepted]
+    probability = proposal * np.cumsum(1.0 / free_mass)[np.minimum(covered_from, accepted - 1)]
+  if accepted < batch_size:
+    rest = np.ones(len(proposal), bool)
+    rest[indices[:accepted]] = False
+    probability[rest] += (batch_size - accepted) / (len(proposal) - accepted)
+  return probability
 
 
 def _aligned(count: int) -> int:

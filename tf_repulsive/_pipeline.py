@@ -30,6 +30,8 @@ from tf_repulsive import _contract
 _DEFAULT_MAX_ELEMENTS = 10_000_000
 _DEFAULT_DISTANCE_CACHE_BYTES = 512 * 2**20
 _KEY_SALT = 0x5EED
+# Keys the draws that estimate the inclusion probabilities, apart from the stream's.
+_INCLUSION_SALT = 0x1C1
 # Steps are int64. The step range repeats past this bound, which no training reaches, so that the
 # stream's cardinality is infinite (Keras then asks for steps_per_epoch instead of waiting for an end).
 _LAST_STEP = 2**62
@@ -121,6 +123,10 @@ class _Built:
     self.refresh_seconds = 0.0
     # (fingerprint of the model's weights, features) computed by the build, until the first refresh.
     self.build_features: tuple[str, np.ndarray] | None = None
+    # `inclusion_weights`: each element's probability of being in a batch, and the [N] float32
+    # weights 1 / probability (0 where it is 0) that the stream gathers; else None.
+    self.inclusion_probabilities: np.ndarray | None = None
+    self.inclusion_weights: tf.Tensor | tf.Variable | None = None
 
 
 class RepulsiveBatcher:
@@ -146,12 +152,15 @@ class RepulsiveBatcher:
     seed: the seed of the draws.
     start_step: the fixed first step of every stream, or None (set by the callbacks or `start_at`).
     name: the prefix of the callbacks' log keys.
+    inclusion_weights: whether each batch carries the elements' inverse inclusion probabilities
+      as Keras sample weights.
   """
 
   def __init__(self, batch_size: int, sampler: _contract.Sampler, *, feature_fn, label_fn, seed: int,
                start_step: int | None, max_elements: int, distance_cache_bytes: int, verbose: bool, name: str,
-               model_space: _model_space.ModelSpace | None):
+               model_space: _model_space.ModelSpace | None, inclusion_weights: bool):
     self.batch_size = batch_size
+    self.inclusion_weights = inclusion_weights
     self.name = name
     self.sampler = sampler
     self.seed = seed
@@ -180,7 +189,7 @@ class RepulsiveBatcher:
 
     def draw(stream, offset):
       indices, steps = self._draw_counted(built, stream, offset)
-      return self._gather(built, indices), steps
+      return self._gather(built, indices, self._weights(built, indices)), steps
 
     if self._model_space is not None:
       # Drawn as they are delivered, one step at a time in the consumer's thread: after the refresh
@@ -228,7 +237,9 @@ class RepulsiveBatcher:
 
       def draw_slices(stream, offset):
         indices, steps = self._draw_counted(built, stream, offset)
-        slices = self._gather(built, tf.reshape(indices, [-1, replicas, per_replica])[:, first:first + local])
+        weights = self._weights(built, indices)
+        local_slices = lambda per_step: tf.reshape(per_step, [-1, replicas, per_replica])[:, first:first + local]  # noqa: E731
+        slices = self._gather(built, local_slices(indices), None if weights is None else local_slices(weights))
         return slices, tf.tile(steps[:, None], [1, local])
 
       return self._finish(built, _stream_ops.unbatch_dense(_stream_ops.unbatch_dense(
@@ -272,6 +283,14 @@ class RepulsiveBatcher:
   def model_space(self) -> _model_space.ModelSpace | None:
     """The `ModelSpace` whose features the disks are drawn on, or None (fixed features)."""
     return self._model_space
+
+  @property
+  def inclusion_probabilities(self) -> np.ndarray | None:
+    """`[N]` each element's estimated probability of being in a batch, behind `inclusion_weights`; else None.
+
+    For a `model_space` batcher, those of the refresh installed last.
+    """
+    return self._require_built().inclusion_probabilities
 
   def refresh_features(self, step: int) -> float:
     """Installs the features in force at optimizer step `step` (model-space batchers).
@@ -318,6 +337,8 @@ class RepulsiveBatcher:
           f"{refresh * space.refresh_every}, and {where}: they cannot be recomputed from the model at a "
           f"later step. Resume from a checkpoint at a multiple of refresh_every={space.refresh_every}, or "
           "give the ModelSpace a directory (and keep enough refreshes) before training.")
+    # The build's features, from these very weights: its drawer and inclusion weights are this refresh's.
+    reuse = at_refresh_step and built.build_features is not None and built.build_features[0] == fingerprint
     built.build_features = None
     drawer = self._build_drawer(features, built.labels)
     built.drawer.refresh_from(drawer)
@@ -325,6 +346,8 @@ class RepulsiveBatcher:
       assert drawer.mingling is not None  # the same sampler
       built.mingling = drawer.mingling
       built.mingling_tensor.assign(drawer.mingling.values.astype(np.int32))
+    if self.inclusion_weights and not reuse:
+      self._install_inclusion_weights(drawer)
     # Last: a draw waiting for this refresh reads the drawer's state once it sees the version.
     built.refresh_version.assign(refresh)
     seconds = time.perf_counter() - began
@@ -526,6 +549,8 @@ class RepulsiveBatcher:
           "this batcher already drives a pipeline; call tf_repulsive.repulsive_batch(...) again "
           "for another dataset (a sampler may configure any number of batchers).")
     sampler = self.sampler
+    if self.inclusion_weights:
+      _check_weighable(dataset.element_spec)
     label_kind = sampler.label_kind
     if label_kind not in ("class", "target"):
       raise ValueError(f"{type(sampler).__name__}.label_kind must be 'class' or 'target'; got {label_kind!r}.")
@@ -552,6 +577,8 @@ class RepulsiveBatcher:
             "with model_space use Uniform, VanillaPDS, EasyPDS, DensePDS or AnnealPDS.")
       drawer = refreshable
     self._built = _Built(drawer, data, refreshing=space is not None)
+    if self.inclusion_weights:
+      self._install_inclusion_weights(drawer)
     if space is not None:
       # Kept for the first refresh: when the model has not changed since (a new training's step
       # 0), it installs these instead of a second inference pass.
@@ -566,6 +593,32 @@ class RepulsiveBatcher:
     if drawer.radius is not None:
       self._warn_if_first_batch_needs_the_fill()
     return self._built
+
+  def _install_inclusion_weights(self, drawer: _contract.BatchDrawer) -> None:
+    """Estimates `drawer`'s inclusion probabilities and installs their inverses as the stream's weights."""
+    built = self._require_built()
+    probabilities = drawer.inclusion_probabilities(tf.constant([self.seed, _INCLUSION_SALT], tf.int64), self._verbose)
+    if probabilities is None:
+      raise ValueError(
+          f"inclusion_weights=True weights each element by its probability of being in a batch, which "
+          f"{type(self.sampler).__name__} does not provide (its drawer's inclusion_probabilities() is None; "
+          "AnnealPDS's change with the step): use Uniform, VanillaPDS, EasyPDS or DensePDS.")
+    probabilities = np.asarray(probabilities, np.float64)
+    if probabilities.shape != (built.num_points,) or not np.all(np.isfinite(probabilities)) or np.any(
+        probabilities < 0):
+      raise ValueError(
+          f"{type(built.drawer).__name__}.inclusion_probabilities must return [N] = [{built.num_points}] finite "
+          f"probabilities >= 0; got shape {probabilities.shape}.")
+    # A point the batches never hold has no weight to give (its weight is never gathered).
+    weights = np.where(probabilities > 0, 1.0 / np.maximum(probabilities, 1e-300), 0.0).astype(np.float32)
+    built.inclusion_probabilities = probabilities
+    if built.inclusion_weights is not None:
+      built.inclusion_weights.assign(weights)
+      return
+    with tf.device("CPU:0"):
+      # A refresh estimates them again on its features (`refresh_features`).
+      built.inclusion_weights = (tf.constant(weights) if self._model_space is None
+                                 else tf.Variable(weights, trainable=False))
 
   def _build_drawer(self, features: np.ndarray, labels: np.ndarray | None) -> _contract.BatchDrawer:
     """The sampler's drawer for these features, its type and steps per draw checked."""
@@ -640,9 +693,24 @@ class RepulsiveBatcher:
     with tf.control_dependencies(recorded):
       return tf.identity(indices), steps
 
+  def _weights(self, built: _Built, indices: tf.Tensor) -> tf.Tensor | None:
+    """`[rows, k]` the elements' inclusion weights, scaled to average 1 over each global batch; None without."""
+    if built.inclusion_weights is None:
+      return None
+    weights = tf.gather(built.inclusion_weights, indices)
+    # Keras averages the weighted losses over the batch: with weights that average 1 the step's
+    # loss is the ratio estimate sum_b w_i loss_i / sum_b w_i of the dataset's mean loss.
+    return weights * (self.batch_size / tf.reduce_sum(weights, axis=-1, keepdims=True))
+
   @staticmethod
-  def _gather(built: _Built, indices: tf.Tensor) -> Any:
-    return tf.nest.map_structure(lambda component: tf.gather(component, indices), built.element_tensors)
+  def _gather(built: _Built, indices: tf.Tensor, weights: tf.Tensor | None) -> Any:
+    batch = tf.nest.map_structure(lambda component: tf.gather(component, indices), built.element_tensors)
+    if weights is None:
+      return batch
+    if len(batch) == 2:
+      return (*batch, weights)
+    inputs, targets, sample_weight = batch
+    return inputs, targets, sample_weight * tf.cast(weights, sample_weight.dtype)
 
   def _draws(self, built: _Built) -> tf.data.Dataset:
     """The stream of draws: per draw `[start, probe]` of the stream, and the draw's number in it.
@@ -741,6 +809,23 @@ def _checked_draw(drawer: _contract.BatchDrawer, key: tf.Tensor, first_step: tf.
   return tf.ensure_shape(tf.cast(indices, tf.int32), [steps_per_draw, batch_size]), tf.cast(fallback, tf.int32)
 
 
+def _check_weighable(element_spec: Any) -> None:
+  """Raises unless the elements are Keras' (x, y) or (x, y, sample_weight) tuples, the forms weights join."""
+  if isinstance(element_spec, tuple) and len(element_spec) in (2, 3):
+    if len(element_spec) == 2:
+      return
+    weight = element_spec[2]
+    if isinstance(weight, tf.TensorSpec) and weight.dtype.is_floating and weight.shape.rank == 0:
+      return
+    raise TypeError(
+        f"inclusion_weights=True multiplies the sample weight of (x, y, sample_weight) elements by the "
+        f"inclusion weight; the third component must be a float scalar per element, got {weight}.")
+  raise TypeError(
+      "inclusion_weights=True hands each batch to Keras as (x, y, sample_weight): the elements must be "
+      f"(x, y) or (x, y, sample_weight) tuples; got elements of spec {element_spec}. Map them to that "
+      "form before the batcher.")
+
+
 def _check_step(step: Any) -> int:
   return _checks.integer(step, "step", 0)
 
@@ -764,6 +849,7 @@ def repulsive_batch(
     verbose: bool = True,
     name: str = "sampler",
     model_space: _model_space.ModelSpace | None = None,
+    inclusion_weights: bool = False,
 ) -> RepulsiveBatcher:
   """Draws every mini-batch of a finite dataset from a repulsive point process.
 
@@ -818,6 +904,15 @@ def repulsive_batch(
       being trained (its embedding, its per-example gradient), recomputed every
       `refresh_every` steps, instead of on `feature_fn`'s. The sampler must be Uniform or a
       Poisson disk sampler; the build computes the features of the model as it is then.
+    inclusion_weights: give every element of a batch the sample weight 1 / pi_i, its inverse
+      probability of being in a batch, scaled to average 1 over the global batch: the stream's
+      elements become `(x, y, sample_weight)` (an existing sample weight is multiplied), and the
+      mean weighted loss Keras minimises is the ratio estimate of the dataset's mean loss. Disks
+      draw isolated elements more often than crowded ones; the weights undo that skew of the
+      expected gradient and keep the repulsion's spread. The build estimates pi once (again on
+      each refresh of `model_space`) from 256 draws of the sampler (`batcher.inclusion_probabilities`).
+      Needs `(x, y)` or `(x, y, sample_weight)` elements and a sampler whose law is the same at
+      every step: Uniform, VanillaPDS, EasyPDS or DensePDS.
 
   Returns:
     `RepulsiveBatcher`: `dataset.apply(batcher)` gives the batches; the batcher is the handle
@@ -855,8 +950,9 @@ def repulsive_batch(
     raise ValueError(f"`seed` must be a 64-bit integer, in [-2**63, 2**63 - 1]; got {seed}.")
   if start_step is not None:
     start_step = _check_step(start_step)
-  if not isinstance(verbose, bool):
-    raise TypeError(f"`verbose` must be True or False; got {verbose!r}.")
+  for flag, argument in ((verbose, "verbose"), (inclusion_weights, "inclusion_weights")):
+    if not isinstance(flag, bool):
+      raise TypeError(f"`{argument}` must be True or False; got {flag!r}.")
   if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
     raise ValueError(
         f"`name` must start with a letter and hold letters, digits and underscores only (it prefixes "
@@ -868,4 +964,4 @@ def repulsive_batch(
   return RepulsiveBatcher(batch_size, sampler, feature_fn=feature_fn, label_fn=label_fn, seed=seed,
                           start_step=start_step, max_elements=max_elements,
                           distance_cache_bytes=distance_cache_bytes, verbose=verbose, name=name,
-                          model_space=model_space)
+                          model_space=model_space, inclusion_weights=inclusion_weights)

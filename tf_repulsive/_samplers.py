@@ -271,4 +271,4 @@ class AnnealPDS(_MinglingPDS):
     return _dart_throwing.DartPlan(
         point_radius=np.full([num_points], radius), pi=schedule,
         mingling_values=mingling_values, num_mingling_values=self.neighbors + 1,
-        max_darts=_dart_budget(self.max_darts, batch_size), one_radius=True)
+        max_darts=_dart_budget(self.max_darts, batch_size), one_radius=True, pi_follows_step=True)

@@ -242,12 +242,16 @@ def _squared_norms(gradients: np.ndarray, centre: np.ndarray | None = None) -> n
   return np.concatenate(norms)
 
 
-def _batch_means(gradients: np.ndarray, batches: np.ndarray) -> np.ndarray:
-  """`[M, D]` float64 mean gradient of each batch."""
+def _batch_means(gradients: np.ndarray, batches: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+  """`[M, D]` float64 mean gradient of each batch, each element's times its weight when given."""
   rows = _row_chunk(batches.shape[1] * gradients.shape[1])
-  return np.concatenate([
-      gradients[batches[start:start + rows]].astype(np.float64).mean(axis=1)
-      for start in range(0, batches.shape[0], rows)])
+  means = []
+  for start in range(0, batches.shape[0], rows):
+    block = gradients[batches[start:start + rows]].astype(np.float64)
+    if weights is not None:
+      block *= weights[start:start + rows, :, None]
+    means.append(block.mean(axis=1))
+  return np.concatenate(means)
 
 
 def _jackknife_se(leave_one_out: np.ndarray) -> float:
@@ -256,11 +260,11 @@ def _jackknife_se(leave_one_out: np.ndarray) -> float:
 
 
 def _split(name: str, gradients: np.ndarray, sq_norms: np.ndarray, full_mean: np.ndarray,
-           batches: np.ndarray, radius: float | None) -> GradientVarianceReport:
+           batches: np.ndarray, radius: float | None, element_weights: np.ndarray | None) -> GradientVarianceReport:
   """Unbiased Theorem-1 estimates from M i.i.d. draws, with jackknife standard errors."""
   num_batches, batch_size = batches.shape
   m = float(num_batches)
-  means = _batch_means(gradients, batches)
+  means = _batch_means(gradients, batches, element_weights)
   grand_mean = means.mean(axis=0)
   # Centred first: S2 − |S1|²/M would cancel catastrophically when |E Ĝ| ≫ its spread.
   deviations = _squared_norms(means, grand_mean)
@@ -281,6 +285,10 @@ def _split(name: str, gradients: np.ndarray, sq_norms: np.ndarray, full_mean: np
   # E|mean of M draws − ḡ|² = bias² + total / M.
   bias_sq = float(np.sum((grand_mean - full_mean)**2) - total / m)
   bias = float(np.sqrt(max(bias_sq, 0.0)))
+  if element_weights is not None:
+    # Weights that depend on the batch (scaled to average 1 in it) leave no fixed per-element
+    # coefficient for the intensity / pair split.
+    intensity, intensity_loo = float("nan"), np.full(num_batches, np.nan)
   full_norm = float(np.linalg.norm(full_mean))
   distinct = len({tuple(row) for row in np.sort(batches, axis=1).tolist()})
   return GradientVarianceReport(
@@ -331,6 +339,7 @@ def uniform_variance(gradients: Any, batch_size: int) -> GradientVarianceReport:
 
 def variance_split(gradients: Any, batches: Mapping[str, Any], *,
                    radii: Mapping[str, float | None] | None = None,
+                   weights: Mapping[str, Any] | None = None,
                    gradient_space: str = "") -> GradientVarianceResult:
   """Theorem-1 split of tr Cov(Ĝ) for each sampler's draws, with the closed-form uniform reference.
 
@@ -351,6 +360,10 @@ def variance_split(gradients: Any, batches: Mapping[str, Any], *,
     gradients: `[N, D]` per-example gradients (e.g. from `per_example_gradients`).
     batches: sampler name -> `[M, k]` int indices of its draws (M >= 3, the same k for all).
     radii: optional sampler name -> disk radius, copied into the reports.
+    weights: optional sampler name -> `[M, k]` sample weights of its draws' elements (those a
+      `repulsive_batch(..., inclusion_weights=True)` stream attaches): that sampler's estimate is
+      then Ĝ = (1/k) Σ_b w_i g_i, what Keras' weighted mean loss differentiates to. Its
+      intensity and pair are NaN: weights scaled per batch leave no per-element split.
     gradient_space: description of the gradients for the table's header.
 
   Returns:
@@ -369,13 +382,22 @@ def variance_split(gradients: Any, batches: Mapping[str, Any], *,
   radii = {} if radii is None else dict(radii)
   checked = {str(name): _check_batches(draws, gradients.shape[0], f"batches[{name!r}]", 3)
              for name, draws in batches.items()}
+  weights = {} if weights is None else {str(name): value for name, value in weights.items()}
+  for name, value in weights.items():
+    if name not in checked:
+      raise ValueError(f"`weights[{name!r}]` names no sampler of `batches` ({sorted(checked)}).")
+    value = np.asarray(value, np.float64)
+    if value.shape != checked[name].shape or not np.all(np.isfinite(value)):
+      raise ValueError(f"`weights[{name!r}]` must be finite and of its batches' shape {checked[name].shape}; got "
+                       f"shape {value.shape}.")
+    weights[name] = value
   sizes = {draws.shape[1] for draws in checked.values()}
   if len(sizes) != 1:
     raise ValueError(f"`batches` must share one batch size (one uniform reference); got {sorted(sizes)}.")
   uniform = uniform_variance(gradients, sizes.pop())
   full_mean = gradients.mean(axis=0, dtype=np.float64)
   sq_norms = _squared_norms(gradients)
-  reports = {name: _split(name, gradients, sq_norms, full_mean, draws, radii.get(name))
+  reports = {name: _split(name, gradients, sq_norms, full_mean, draws, radii.get(name), weights.get(name))
              for name, draws in checked.items()}
   return GradientVarianceResult(
       reports=reports, uniform_exact=uniform, num_examples=gradients.shape[0],
@@ -638,6 +660,32 @@ def draw_batches(batcher: _pipeline.RepulsiveBatcher, num_batches: int, *, start
                    for step in range(start_step, start_step + num_batches)]).astype(np.int64)
 
 
+def batch_weights(batcher: _pipeline.RepulsiveBatcher, batches: Any) -> np.ndarray:
+  """The sample weights an `inclusion_weights=True` stream gives the elements of `batches`.
+
+  Each element's 1 / `batcher.inclusion_probabilities`, scaled to average 1 over its batch.
+
+  Args:
+    batcher: a batcher built with `inclusion_weights=True` and applied to a dataset.
+    batches: `[M, k]` indices of its batches (from `draw_batches`).
+
+  Returns:
+    `[M, k]` float64 weights.
+
+  Raises:
+    ValueError: for a batcher without inclusion weights.
+  """
+  if not isinstance(batcher, _pipeline.RepulsiveBatcher):
+    raise TypeError(f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
+  probabilities = batcher.inclusion_probabilities
+  if probabilities is None:
+    raise ValueError(
+        "this batcher has no inclusion weights: build it with repulsive_batch(..., inclusion_weights=True).")
+  batches = _check_batches(batches, len(probabilities), "batches", 1)
+  inverse = np.where(probabilities > 0, 1.0 / np.maximum(probabilities, 1e-300), 0.0)[batches]
+  return inverse * (batches.shape[1] / inverse.sum(axis=1, keepdims=True))
+
+
 def _gradient_space(num_parameters: int, variables: str | Sequence[Any], sketch_dim: int | None) -> str:
   if isinstance(variables, str):
     which = "all trainable variables" if variables == "all" else "last layer"
@@ -670,7 +718,8 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
                       samplers: Mapping[str, _contract.Sampler | SamplerFactory], batch_size: int, *,
                       num_batches: int = 200, seed: int = 0, start_step: int = 0,
                       variables: str | Sequence[Any] = "all", sketch_dim: int | None = None,
-                      chunk_size: int | None = None, features: SamplingFeatures = None) -> GradientVarianceResult:
+                      chunk_size: int | None = None, features: SamplingFeatures = None,
+                      inclusion_weights: bool = False) -> GradientVarianceResult:
   """Theorem-1 variance split of the mini-batch gradient for each sampler, at the model's parameters.
 
   For each sampler: builds its `repulsive_batch` pipeline over the data (distances measured on
@@ -695,6 +744,9 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
     features: where the samplers measure distances (and mingling values): None for the inputs
       x, flattened; a `tf_repulsive.ModelFeatures` (`GradientFeatures()`, `EmbeddingFeatures()`)
       for the model's own space at its current parameters; or an `[N, d]` array.
+    inclusion_weights: weight each sampler's elements as `repulsive_batch(...,
+      inclusion_weights=True)` streams do (1 / inclusion probability, scaled to average 1 per
+      batch): the reports are then those of the weighted estimate (intensity and pair NaN).
 
   Returns:
     One report per sampler, the closed-form uniform reference and the draws (`result.batches`);
@@ -722,14 +774,17 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
   data, sampling_space = _sampling_data(model, x, y, features)
   gradients = per_example_gradients(model, loss_fn, x, y, variables=variables, sketch_dim=sketch_dim,
                                     seed=seed, chunk_size=chunk_size)
-  batches, radii = {}, {}
+  batches, radii, weights = {}, {}, {}
   for name, sampler in instances.items():
-    batcher = _pipeline.repulsive_batch(batch_size, sampler, seed=seed, start_step=start_step)
+    batcher = _pipeline.repulsive_batch(batch_size, sampler, seed=seed, start_step=start_step,
+                                        inclusion_weights=inclusion_weights)
     data.apply(batcher)
     batches[name] = draw_batches(batcher, num_batches, start_step=start_step)
     radii[name] = batcher.stats().radius
+    if inclusion_weights:
+      weights[name] = batch_weights(batcher, batches[name])
   num_parameters = sum(int(np.prod(v.shape)) for v in _resolve_variables(model, variables))
-  result = variance_split(gradients, batches, radii=radii,
+  result = variance_split(gradients, batches, radii=radii, weights=weights,
                           gradient_space=_gradient_space(num_parameters, variables, sketch_dim))
   return dataclasses.replace(result, sampling_space=sampling_space)
 

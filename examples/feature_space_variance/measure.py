@@ -35,6 +35,10 @@ from tf_repulsive import diagnostics
 
 SPACES = ("input", "embedding", "gradient")
 _UNSPACED = ("uniform", "epoch_shuffle")
+# The samplers whose batches have the same law at every step, which inclusion weights need.
+_WEIGHABLE = ("uniform", "vanilla_pds", "easy_pds", "dense_pds")
+# The row of importance sampling by the last layer's gradient norm (closed form).
+IMPORTANCE_SAMPLING = "importance sampling"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +53,9 @@ class Config(measurement.MeasurementConfig):
   num_batches: int = settings.setting(200, "Draws per sampler, space and checkpoint.", minimum=3)
   num_seeds: int = settings.setting(5, "Seeds seed, seed + 1, ...: model initialisation, training and draws.",
                                     minimum=1)
+  weighted: tuple[str, ...] = settings.setting(
+      ("vanilla_pds",), "Samplers of --samplers also measured with inclusion weights (repulsive_batch(..., "
+      "inclusion_weights=True)), as <sampler>@<space> weighted.", choices=_WEIGHABLE)
 
 
 def _sources(config: Config) -> dict[str, tf_repulsive.ModelFeatures | None]:
@@ -80,7 +87,7 @@ def measure(config: Config, workdir: str | pathlib.Path, log: Callable[[str], No
       # One set of per-example gradients per checkpoint, shared by every sampler and space (paired).
       gradients = diagnostics.per_example_gradients(model, measured.loss, x, y, variables=config.variables,
                                                     sketch_dim=config.sketch_dim or None, seed=seed)
-      draws, radii = {}, {}
+      draws, radii, weights = {}, {}, {}
       for space in config.spaces:
         source = sources[space]
         features = x.reshape(len(x), -1) if source is None else tf_repulsive.model_features(source, model, x, y)
@@ -94,13 +101,25 @@ def measure(config: Config, workdir: str | pathlib.Path, log: Callable[[str], No
           data.apply(batcher)
           draws[key] = diagnostics.draw_batches(batcher, config.num_batches, start_step=step)
           radii[key] = batcher.stats().radius
-      result = diagnostics.variance_split(gradients, draws, radii=radii)
+          if name in config.weighted:
+            weighted = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=seed, start_step=step,
+                                                    inclusion_weights=True)
+            data.apply(weighted)
+            # The same draws as the unweighted batcher's (same seed and steps): paired.
+            draws[f"{key} weighted"] = draws[key]
+            weights[f"{key} weighted"] = diagnostics.batch_weights(weighted, draws[key])
+            radii[f"{key} weighted"] = radii[key]
+      result = diagnostics.variance_split(gradients, draws, radii=radii, weights=weights)
       reference = result.uniform_exact.total
       for key, report in result.reports.items():
         rows.append({"seed": seed, "step": step, "sampler": key,
                      "total_ratio": report.total / reference, "total_ratio_se": report.total_se / reference,
                      "pair_ratio": report.pair / reference, "relative_bias": report.relative_bias,
                      "radius": report.radius})
+      rows.append({"seed": seed, "step": step, "sampler": IMPORTANCE_SAMPLING,
+                   "total_ratio": importance_sampling_variance(gradients, _last_layer_norms(model, x, y),
+                                                              config.batch_size) / reference,
+                   "total_ratio_se": 0.0, "pair_ratio": float("nan"), "relative_bias": 0.0, "radius": None})
       log(f"seed {seed}, {label}: " + ", ".join(
           f"{key} {report.total / reference:.3f}" for key, report in result.reports.items()))
   with (workdir / "variance.csv").open("w", newline="") as handle:
@@ -112,6 +131,28 @@ def measure(config: Config, workdir: str | pathlib.Path, log: Callable[[str], No
   _plot(rows, workdir / "variance.png")
   log(table)
   return rows
+
+
+def _last_layer_norms(model, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+  """`[N]` the norm of each example's exact gradient with respect to the last Dense layer."""
+  last = model.layers[-1]
+  exact = tf_repulsive.GradientFeatures(projection_dim=int(last.kernel.shape[1]) * (int(last.kernel.shape[0]) + 1))
+  return np.linalg.norm(tf_repulsive.model_features(exact, model, x, y, verbose=False), axis=1)
+
+
+def importance_sampling_variance(gradients: np.ndarray, scores: np.ndarray, batch_size: int) -> float:
+  """tr Cov of (1/k) Σ_j g_{i_j} / (N p_{i_j}), k draws with replacement with p ∝ `scores` (closed form).
+
+  The unbiased importance-sampling estimate of the mean gradient: (1/k) (Σ_i |g_i|² / (N² p_i) − |ḡ|²).
+  With scores the last layer's per-example gradient norms, a cheap proxy for the full norms, whose
+  proportional sampling is the variance-optimal importance sampling with replacement.
+  """
+  gradients = gradients.astype(np.float64)
+  probabilities = np.maximum(scores, 1e-12 * scores.max()) / np.maximum(scores, 1e-12 * scores.max()).sum()
+  num_examples = len(gradients)
+  sq_norms = np.einsum("ij,ij->i", gradients, gradients)
+  full_mean = gradients.mean(axis=0)
+  return float((np.sum(sq_norms / (num_examples**2 * probabilities)) - full_mean @ full_mean) / batch_size)
 
 
 def _mean_and_se(rows: list[dict], name: str, step: int, column: str = "total_ratio") -> tuple[float, float]:
@@ -159,11 +200,11 @@ def summary(rows: list[dict], config: Config, num_examples: int) -> str:
                         ("relative_bias", "relative bias |E[G] - full gradient| / |full gradient|")):
     if column not in rows[0]:
       continue
-    lines += ["", title, f"{'sampler@space':<24}" + "".join(f"{'step ' + str(step):>18}" for step in steps)]
+    lines += ["", title, f"{'sampler@space':<32}" + "".join(f"{'step ' + str(step):>18}" for step in steps)]
     for name in names:
       cells = []
       for step in steps:
         mean, se = _mean_and_se(rows, name, step, column)
         cells.append(f"{mean:>10.3f} ± {se:<5.3f}")
-      lines.append(f"{name:<24}" + "".join(f"{cell:>18}" for cell in cells))
+      lines.append(f"{name:<32}" + "".join(f"{cell:>18}" for cell in cells))
   return "\n".join(lines)

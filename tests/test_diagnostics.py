@@ -159,6 +159,29 @@ def test_gradient_variance_end_to_end(digits):
   assert result.uniform_exact.total == pytest.approx(direct.total, rel=1e-6)
 
 
+def test_gradient_variance_with_inclusion_weights_is_the_weighted_split_of_the_same_draws(digits):
+  x, y = digits[0][:300], digits[1][:300]
+  model = _linear_softmax()
+  samplers = {"uniform": tf_repulsive.Uniform, "vanilla": tf_repulsive.VanillaPDS(radius="auto")}
+  weighted = diagnostics.gradient_variance(model, _XENT, x, y, samplers, batch_size=10, num_batches=6,
+                                           variables="last_layer", inclusion_weights=True)
+  plain = diagnostics.gradient_variance(model, _XENT, x, y, samplers, batch_size=10, num_batches=6,
+                                        variables="last_layer")
+  gradients = diagnostics.per_example_gradients(model, _XENT, x, y, variables="last_layer")
+  batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.VanillaPDS(radius="auto"), seed=0, start_step=0,
+                                         inclusion_weights=True, verbose=False)
+  tf.data.Dataset.from_tensor_slices((x.reshape(len(x), -1), y)).apply(batcher)
+  draws = weighted.batches["vanilla"]
+  np.testing.assert_array_equal(draws, plain.batches["vanilla"])
+  expected = diagnostics.variance_split(gradients, {"vanilla": draws},
+                                        weights={"vanilla": diagnostics.batch_weights(batcher, draws)})
+  assert weighted.reports["vanilla"].total == pytest.approx(expected.reports["vanilla"].total, rel=1e-9)
+  assert weighted.reports["vanilla"].total != pytest.approx(plain.reports["vanilla"].total, rel=1e-3)
+  # Uniform batches weigh every element 1: the weighted split is the plain one.
+  assert weighted.reports["uniform"].total == pytest.approx(plain.reports["uniform"].total, rel=1e-9)
+  assert np.isnan(weighted.reports["vanilla"].intensity)
+
+
 def test_gradient_variance_of_a_regression_model_with_the_target_mingling(digits):
   x = digits[0][:300]
   y = (x[:, :8].sum(axis=1) + (x[:, 8] > 0.5)).astype(np.float32)  # a real target with a jump

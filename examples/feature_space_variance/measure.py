@@ -9,8 +9,12 @@ distances measured in each of `spaces`:
 * `gradient`: each example's last-layer gradient (`tf_repulsive.GradientFeatures()`, projected to
   `projection_dim` dims).
 
-The model features are computed from the model at the checkpoint itself (features refreshed at
-every step: the best a refreshed feature space can do). Every figure is total / plain SGD's
+The samplers of `weighted` are measured a second time on the same draws with each element's
+gradient times its inclusion weight (`repulsive_batch(..., inclusion_weights=True)`), as
+`<sampler>@<space> weighted`; and every checkpoint gives the closed-form variance of importance
+sampling by the last-layer gradient norm, the classic estimator that uses the same gradients
+without disks. The model features are computed from the model at the checkpoint itself
+(features refreshed at every step: the best a refreshed feature space can do). Every figure is total / plain SGD's
 closed-form variance for the same model and gradients, so seeds are paired; the table gives the
 mean over seeds with its standard error. `uniform` and `epoch_shuffle` draw without distances:
 epoch shuffling's batches are uniform ones one at a time (ratio 1 up to noise); what it changes

@@ -299,23 +299,31 @@ class DartThrower(BatchDrawer):
     steps = self.steps_per_draw
     radius_scale = tf.constant(thrower.radius_scale, tf.float32)
     columns = max(1, _INCLUSION_CELLS // (steps * k))
+
+    def covered_from(rows: tf.Tensor, accepted: tf.Tensor) -> tf.Tensor:
+      """`[S, N]` per step and point, the acceptance index from which an accepted disk covers it (c: never)."""
+      order = tf.range(k)[None, :, None]
+      valid = order < accepted[:, None, None]
+      firsts = []
+      for start in range(0, num_points, columns):
+        cols = tf.range(start, min(start + columns, num_points))
+        hits = tf.logical_and(thrower._conflicts(rows, tf.tile(cols[None], [steps, 1]), radius_scale), valid)
+        firsts.append(tf.reduce_min(tf.where(hits, order, k), axis=1))
+      return tf.minimum(tf.concat(firsts, axis=1), accepted[:, None])
+
+    # One trace for all draws; the [S, k, columns] conflicts never leave the function.
+    covered_from = tf.function(covered_from, autograph=False, input_signature=(
+        tf.TensorSpec([steps, k], tf.int32), tf.TensorSpec([steps], tf.int32)))
     total = np.zeros(num_points)
     num_draws = -(-INCLUSION_STEPS // steps)
     with _progress.bar("estimating inclusion probabilities", num_draws, verbose) as progress:
       for first_step in range(0, num_draws * steps, steps):
         indices, fallback = draw(key, tf.constant(first_step, tf.int64))
-        accepted = k - fallback.numpy()
-        rows = tf.constant(indices)
-        # Per step and point, the acceptance index from which an accepted disk covers it (c: never).
-        covered_from = np.empty([steps, num_points], np.int64)
-        for start in range(0, num_points, columns):
-          cols = tf.range(start, min(start + columns, num_points))
-          hits = thrower._conflicts(rows, tf.tile(cols[None], [steps, 1]), radius_scale).numpy()
-          hits &= np.arange(k)[None, :, None] < accepted[:, None, None]
-          covered_from[:, start:start + len(cols)] = np.where(hits.any(axis=1), hits.argmax(axis=1),
-                                                              accepted[:, None])
+        accepted = k - fallback
+        covered = covered_from(indices, accepted).numpy()
+        accepted, indices = accepted.numpy(), indices.numpy()
         for step in range(steps):
-          total += _path_inclusion(covered_from[step], int(accepted[step]), indices[step].numpy(), proposal, k)
+          total += _path_inclusion(covered[step], int(accepted[step]), indices[step], proposal, k)
         progress.update(1)
     return total / (num_draws * steps)
 

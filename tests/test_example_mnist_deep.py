@@ -46,6 +46,18 @@ def test_mnist_from_tfds_mock_data(tmp_path):
   assert all(np.isfinite(row["test_loss"]) for row in curve)
 
 
+def test_disks_in_the_gradient_space_refresh_and_weight_the_batches(tmp_path):
+  config = train.Config(dataset="digits", train_fraction=0.2, sampler="vanilla_pds", radius="auto",
+                        space="gradient", refresh_every=2, inclusion_weights=True, steps=4, eval_every=2)
+  curve = train.train_and_evaluate(config, tmp_path, verbose=0)
+  assert [row["step"] for row in curve] == [0, 2, 4]
+  # Refreshes after steps 0, 2 and 4; the last two kept.
+  assert sorted(path.name for path in (tmp_path / "refreshes").iterdir()) == [
+      "refresh-000000001.npz", "refresh-000000002.npz"]
+  with pytest.raises(ValueError, match="space"):
+    train.Config(space="pixels")
+
+
 def _npm_package_digits(directory, per_digit):
   """A tiny copy of the npm package's src/digits: per digit d, `per_digit` images whose pixels are d / 10 + i / 1000."""
   directory.mkdir()

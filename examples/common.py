@@ -103,19 +103,23 @@ def sampler_callbacks(batcher: tf_repulsive.RepulsiveBatcher,
 
 
 class PeriodicEvaluation(keras.callbacks.Callback):
-  """Evaluates every `every_steps` optimizer steps; appends (step, metrics) to a CSV and TensorBoard.
+  """Evaluates every `every_steps` optimizer steps; appends (step, train seconds, metrics) to a CSV and TensorBoard.
 
-  Keeps the curve in `self.history` as a list of dicts with "step" and the model's metrics.
+  Keeps the curve in `self.history` as a list of dicts with "step", "train_seconds" and the
+  model's metrics. "train_seconds" is the wall-clock from `started` to the evaluation, less the
+  time spent evaluating: training with everything its callbacks do (a batcher's feature refreshes).
   """
 
   def __init__(self, data: tf.data.Dataset, every_steps: int, csv_path: str | pathlib.Path | None,
-               log_dir: str | pathlib.Path | None = None, prefix: str = "test"):
+               log_dir: str | pathlib.Path | None = None, prefix: str = "test", started: float | None = None):
     """Args:
       data: batched evaluation dataset.
       every_steps: evaluation interval in optimizer steps (also evaluated at the end of training).
-      csv_path: CSV file to write (header step,<prefix>_<metric>...), or None.
+      csv_path: CSV file to write (header step,train_seconds,<prefix>_<metric>...), or None.
       log_dir: TensorBoard directory for the scalars, or None.
       prefix: name prefix of the logged metrics.
+      started: the `time.perf_counter()` the train seconds count from (say, before the batcher
+        is built, to count its build); None: when `fit` starts.
     """
     super().__init__()
     self._data = data
@@ -123,6 +127,8 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     self._csv_path = None if csv_path is None else pathlib.Path(csv_path)
     self._writer = None if log_dir is None else tf.summary.create_file_writer(str(log_dir))
     self._prefix = prefix
+    self._started = started
+    self._evaluating_seconds = 0.0
     self.history: list[dict[str, float]] = []
 
   def _step(self) -> int:
@@ -132,8 +138,13 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     step = self._step()
     if self.history and self.history[-1]["step"] == step:
       return
+    began = time.perf_counter()
+    assert self._started is not None  # set when training begins
+    train_seconds = began - self._started - self._evaluating_seconds
     results = self.model.evaluate(self._data, verbose=0, return_dict=True)
-    row = {"step": step, **{f"{self._prefix}_{name}": float(value) for name, value in results.items()}}
+    self._evaluating_seconds += time.perf_counter() - began
+    row = {"step": step, "train_seconds": train_seconds,
+           **{f"{self._prefix}_{name}": float(value) for name, value in results.items()}}
     self.history.append(row)
     if self._csv_path is not None:
       self._csv_path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,6 +162,8 @@ class PeriodicEvaluation(keras.callbacks.Callback):
       self._writer.flush()
 
   def on_train_begin(self, logs=None):
+    if self._started is None:
+      self._started = time.perf_counter()
     self._evaluate()
 
   def on_train_batch_end(self, batch, logs=None):

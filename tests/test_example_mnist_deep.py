@@ -24,6 +24,9 @@ def test_smoke_flagfile_run_learns_and_writes_its_outputs(example_main, tmp_path
   assert [int(row["step"]) for row in rows] == [0, 20, 40]
   errors = [1.0 - float(row["test_accuracy"]) for row in rows]
   assert errors[-1] < 0.5 < errors[0]  # chance is 0.9
+  # Training time, the batcher's build included, without the evaluations: it grows with the steps.
+  seconds = [float(row["train_seconds"]) for row in rows]
+  assert 0.0 < seconds[0] < seconds[1] < seconds[2]
   assert f"final test error {errors[-1]:.4f} after 40 steps" in capsys.readouterr().out
   assert (tmp_path / "eval.png").stat().st_size > 0
   assert list((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))

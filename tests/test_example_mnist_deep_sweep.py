@@ -11,20 +11,22 @@ from examples.mnist_deep_sweep import sweep
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 
-def _curve(errors):
-  return [{"step": step, "test_error": error} for step, error in zip((0, 100, 200), errors)]
+def _curve(errors, seconds_per_step=0.1):
+  return [{"step": step, "train_seconds": seconds_per_step * step, "test_error": error}
+          for step, error in zip((0, 100, 200), errors)]
 
 
-def test_summary_reports_mean_and_std_per_sampler():
+def test_summary_reports_mean_and_std_per_sampler_and_the_steps_and_seconds_to_the_target():
   table = sweep.summarize(
       {"uniform": [_curve([0.9, 0.2, 0.1]), _curve([0.9, 0.4, 0.3])],
-       "vanilla_pds": [_curve([0.9, 0.1, 0.05]), _curve([0.9, 0.1, 0.15])]}, (100,))
+       "vanilla_pds": [_curve([0.9, 0.1, 0.05], 0.3), _curve([0.9, 0.15, 0.05], 0.2)]}, (100,), target_error=15.0)
   lines = table.splitlines()
-  assert lines[0] == ("| sampler | seeds | error @ 100 | error @ 200 | best-of-curve error | paired Δ curve-mean "
-                      "error vs uniform (seeds below) |")
-  assert lines[2] == "| uniform | 2 | 30.00 ± 10.00 | 20.00 ± 10.00 | 20.00 ± 10.00 | — |"
-  # Curve means: uniform 40.00 and 53.33, vanilla 35.00 and 38.33: differences -5.00 and -15.00.
-  assert lines[3] == "| vanilla_pds | 2 | 10.00 ± 0.00 | 10.00 ± 5.00 | 7.50 ± 2.50 | -10.00 ± 5.00 (2/2) |"
+  assert lines[0] == ("| sampler | seeds | error @ 100 | error @ 200 | best-of-curve error | steps to 15% error, "
+                      "per seed | train seconds to 15% (seeds) | paired Δ curve-mean error vs uniform (seeds below) |")
+  assert lines[2] == "| uniform | 2 | 30.00 ± 10.00 | 20.00 ± 10.00 | 20.00 ± 10.00 | 200, — | 20.0 ± 0.0 (1/2) | — |"
+  # Curve means: uniform 40.00 and 53.33, vanilla 35.00 and 36.67: differences -5.00 and -16.67.
+  assert lines[3] == ("| vanilla_pds | 2 | 12.50 ± 2.50 | 5.00 ± 0.00 | 5.00 ± 0.00 | 100, 100 | 25.0 ± 5.0 (2/2) | "
+                      "-10.83 ± 5.83 (2/2) |")
 
 
 def test_the_sweep_takes_the_runs_flagfile_and_its_grid(example_main):
@@ -52,7 +54,8 @@ def test_finished_runs_are_read_not_retrained(example_main, tmp_path, capsys):
   program.main(["main"])
   assert capsys.readouterr().out.count("(finished earlier") == 4
   lines = (tmp_path / "summary.md").read_text().splitlines()
-  assert lines[2].startswith("| uniform | 2 | 9.50 ± 0.50 | 9.50 ± 0.50 | 9.50 ± 0.50 | 9.50 ± 0.50 |")
+  # Curves without train seconds (written before they were recorded) have no seconds to the target.
+  assert lines[2].startswith("| uniform | 2 | " + "9.50 ± 0.50 | " * 5 + "—, — | — |")
   assert lines[3].endswith("| -5.00 ± 0.00 (2/2) |")
   assert (tmp_path / "curves.png").stat().st_size > 0
 

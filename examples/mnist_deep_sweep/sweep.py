@@ -28,6 +28,9 @@ class SweepConfig(train.Config):
   seeds: tuple[int, ...] = settings.setting((0, 1, 2, 3, 4), "Seeds to run for every sampler (in place of --seed).")
   report_steps: tuple[int, ...] = settings.setting((200, 500, 1000), "Steps reported besides the last.",
                                                    minimum=1)
+  target_error: float = settings.setting(
+      5.0, "Test error (%) whose first evaluation at or below it the summary reports, in steps and "
+      "train seconds.", minimum=0.0)
 
   def run(self, sampler: str, seed: int) -> train.Config:
     """The config of the sweep's run of `sampler` with `seed`."""
@@ -42,23 +45,34 @@ def finished_curve(run_dir: pathlib.Path, steps: int) -> list[dict[str, float]] 
     return None
   with path.open(newline="") as handle:
     rows = [{name: float(value) for name, value in row.items()} for row in csv.DictReader(handle)]
+  # Curves written before the train seconds were recorded have none.
+  rows = [{"train_seconds": float("nan"), **row} for row in rows]
   if not rows or rows[-1]["step"] != steps:
     return None
   return [{**row, "step": int(row["step"]), "test_error": 1.0 - row["test_accuracy"]} for row in rows]
 
 
-def summarize(curves: dict[str, list[list[dict[str, float]]]], report_steps: tuple[int, ...]) -> str:
+def first_at_target(run: list[dict[str, float]], target_error: float) -> dict[str, float] | None:
+  """The first evaluation of `run` whose test error (%) is at most `target_error`, or None."""
+  return next((row for row in run if 100 * row["test_error"] <= target_error), None)
+
+
+def summarize(curves: dict[str, list[list[dict[str, float]]]], report_steps: tuple[int, ...],
+              target_error: float) -> str:
   """Markdown table: test error (%) mean ± std over seeds at the report steps and the last step.
 
-  With "uniform" among the samplers, a last column pairs every other sampler's runs with uniform's
-  in seed order: the difference in mean test error over the curve (percentage points; < 0 is
-  better), mean ± std over seeds, and how many seeds are below uniform. Standard deviations are
-  the seeds' spread (ddof=0).
+  Then, per seed, the steps to the first evaluation at or below `target_error` ("—": never), and
+  the train seconds to it (mean ± std over the seeds that reach it; they include the batcher's
+  build and refreshes, not the evaluations). With "uniform" among the samplers, a last column
+  pairs every other sampler's runs with uniform's in seed order: the difference in mean test
+  error over the curve (percentage points; < 0 is better), mean ± std over seeds, and how many
+  seeds are below uniform. Standard deviations are the seeds' spread (ddof=0).
   """
   last = curves[next(iter(curves))][0][-1]["step"]
   steps = [step for step in report_steps if step < last] + [last]
   paired = "uniform" in curves
   header = (["sampler", "seeds"] + [f"error @ {step}" for step in steps] + ["best-of-curve error"]
+            + [f"steps to {target_error:g}% error, per seed", f"train seconds to {target_error:g}% (seeds)"]
             + ["paired Δ curve-mean error vs uniform (seeds below)"] * paired)
 
   def curve_means(runs):
@@ -71,6 +85,11 @@ def summarize(curves: dict[str, list[list[dict[str, float]]]], report_steps: tup
       errors = [100 * next(row["test_error"] for row in run if row["step"] == step) for run in runs]
       cells.append(common.mean_std_text(errors, digits=2, ddof=0))
     cells.append(common.mean_std_text([100 * min(row["test_error"] for row in run) for run in runs], digits=2, ddof=0))
+    reached = [first_at_target(run, target_error) for run in runs]
+    cells.append(", ".join("—" if row is None else str(int(row["step"])) for row in reached))
+    seconds = [row["train_seconds"] for row in reached if row is not None]
+    cells.append("—" if not seconds or np.isnan(seconds).any()
+                 else f"{common.mean_std_text(seconds, digits=1, ddof=0)} ({len(seconds)}/{len(runs)})")
     if paired:
       if sampler == "uniform" or len(runs) != len(curves["uniform"]):
         cells.append("—")
@@ -101,7 +120,7 @@ def sweep(config: SweepConfig, workdir: str | pathlib.Path) -> str:
       else:
         print(f"(finished earlier: {run_dir / 'eval.csv'})")
       curves[sampler].append(curve)
-  table = summarize(curves, config.report_steps)
+  table = summarize(curves, config.report_steps, config.target_error)
   (workdir / "summary.md").write_text(table + "\n")
   mean_curves = {}
   for sampler, runs in curves.items():

@@ -6,9 +6,11 @@ CRASH_AT would leave (the backup, the saved refreshes) to WORKDIR/crashed; `resu
 from that copy in a new process. One model trains on a zip of every sampler's stream (one
 `AnnealingCallback` each), so one fit checks them all: its train step fingerprints each stream's
 batch (`no_callback`: one sampler, no callback). The last stream (`model_space`) draws Vanilla
-PDS on the model's hidden activations, refreshed every REFRESH_EVERY steps: the uninterrupted
-`crash` run's batches are its reference. Writes WORKDIR/<phase>.json: {"consumed": [[optimizer
-step, [fingerprint per stream]], ...]} and, when `fit` failed on the data, "error".
+PDS on the model's hidden activations, refreshed every REFRESH_EVERY steps, its elements weighted
+by their inclusion probabilities (re-estimated at each refresh; the fingerprint holds the
+weighted inputs): the uninterrupted `crash` run's batches are its reference. Writes
+WORKDIR/<phase>.json: {"consumed": [[optimizer step, [fingerprint per stream]], ...]} and, when
+`fit` failed on the data, "error".
 """
 
 import json
@@ -45,7 +47,7 @@ def batcher_for(sampler_name, model=None, refreshes=None):
     space = tf_repulsive.ModelSpace(model, HiddenFeatures(), refresh_every=REFRESH_EVERY, directory=refreshes,
                                     verbose=False)
     return tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, name=sampler_name,
-                                        model_space=space, verbose=False)
+                                        model_space=space, inclusion_weights=True, verbose=False)
   return tf_repulsive.repulsive_batch(BATCH, checkpoint_cases.SAMPLERS[sampler_name](), seed=SEED, name=sampler_name)
 
 
@@ -111,8 +113,10 @@ def train(phase, order, workdir):
   batchers = [batcher_for(name, model, refreshes) for name in names]
   streams = [tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher) for batcher in batchers]
   # (The prefetch runs the model-space stream's deliveries ahead: they wait for each refresh.)
+  # A weighted stream's (x, y, w) enters the fingerprint as w * x.
   batches = tf.data.Dataset.zip(tuple(streams)).map(
-      lambda *pairs: (tuple(pair[0] for pair in pairs), pairs[0][1])).prefetch(2)
+      lambda *elements: (tuple(element[0] if len(element) == 2 else element[2][:, None] * element[0]
+                               for element in elements), elements[0][1])).prefetch(2)
   backup = keras.callbacks.BackupAndRestore(backup_dir, save_freq=SAVE_FREQ)
   aligning = [] if order == "no_callback" else [tf_repulsive.AnnealingCallback(b) for b in batchers]
   callbacks = aligning + [backup] if order == "callback_first" else [backup] + aligning

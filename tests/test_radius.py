@@ -48,16 +48,30 @@ def test_auto_radius_is_a_property_of_the_data_not_of_the_seed(digits):
   assert len(values) == 1
 
 
-def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace(digits):
+def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_also_across_refreshes(digits):
   # On small data tracing the draw costs more than all of the calibration's draws: a build that
   # traced it once more for the calibration would spend most of its time calibrating.
   x, y = digits
-  drawer = tf_repulsive.VanillaPDS(radius="auto").build(tf_repulsive.SamplingContext(
-      features=x, labels=None, batch_size=50, distance_cache_bytes=0))
-  traced = drawer._traced_draws
+
+  def build(features, previous=None):
+    return tf_repulsive.VanillaPDS(radius="auto").build(tf_repulsive.SamplingContext(
+        features=features, labels=None, batch_size=50, distance_cache_bytes=0, previous=previous))
+
+  key, step = tf.constant([5, 6], tf.int64), tf.constant(32, tf.int64)
+  drawer = build(x)
+  traced = drawer._draws_on_state
   assert traced.experimental_get_tracing_count() == 1
-  indices, fallback = drawer.traced_draw()(tf.constant([5, 6], tf.int64), tf.constant(32, tf.int64))
+  indices, fallback = drawer.traced_draw()(key, step)
   assert indices.shape == (drawer.steps_per_draw, 50) and fallback.shape == (drawer.steps_per_draw,)
+  assert traced.experimental_get_tracing_count() == 1
+  # A refresh's build on other features of the same shape calibrates and draws through that trace,
+  # and gives what a build of its own gives.
+  moved = np.sqrt(x[::-1] + 1.0)
+  refreshed, own = build(moved, previous=drawer), build(moved)
+  assert refreshed._draws_on_state is traced and traced.experimental_get_tracing_count() == 1
+  assert own._draws_on_state is not traced
+  assert refreshed.radius == own.radius != drawer.radius
+  np.testing.assert_array_equal(refreshed.traced_draw()(key, step)[0], own.traced_draw()(key, step)[0])
   assert traced.experimental_get_tracing_count() == 1
 
 

@@ -49,11 +49,12 @@ _STEP_ROWS_PER_DRAW = 2048
 _CENTER_ROW_BLOCK = 16384
 # The fallback fill draws candidates when N > this * k, and scores every point (O(N) = O(k)) below.
 _FILL_BY_SCORES_UP_TO = 8
-# The per-dataset tensors a refreshable thrower holds in variables (those of its plan).
 # Steps whose draws estimate the inclusion probabilities (`DartThrower.inclusion_probabilities`).
 INCLUSION_STEPS = 256
 # Bound on the cells of one [S, k, points] conflict matrix of that estimate.
 _INCLUSION_CELLS = 2**24
+# The per-dataset tensors of a thrower (those of its plan): what a refreshable thrower holds in
+# variables, and what its traced draws take as arguments.
 _STATE = ("_features", "_shrunk_sq_norms", "_point_radius", "_sq_distances", "_points_by_value", "_value_counts",
           "_value_offsets", "_value_histogram")
 
@@ -94,11 +95,25 @@ def steps_per_draw(batch_size: int, most: int = 16) -> int:
   return min(2 ** min(4, max(0, (_STEP_ROWS_PER_DRAW // batch_size).bit_length() - 1)), most)
 
 
+def _trace_config(template: DartThrower) -> tuple:
+  """What a trace of `template`'s draws is built from besides the per-dataset tensors.
+
+  Its Python values (sizes, block bounds, flags) and its plan's (pi, the kind of disks): two
+  throwers with the same configuration and tensors of the same shapes draw with one trace.
+  """
+  plan = template._plan
+  values = sorted((name, value) for name, value in vars(template).items()
+                  if name != "radius_scale" and (value is None or isinstance(value, (bool, int, float, str))))
+  return (tuple(values), plan.pi, plan.point_radius is None, plan.num_mingling_values, plan.one_radius,
+          plan.pi_follows_step)
+
+
 class DartThrower(BatchDrawer):
   """Draws the indices of mini-batches as a pure function of a stateless key and the steps."""
 
   def __init__(self, features: np.ndarray, plan: DartPlan, batch_size: int,
-               distance_cache_bytes: int = 0, verbose: bool = False, max_steps_per_draw: int = 16):
+               distance_cache_bytes: int = 0, verbose: bool = False, max_steps_per_draw: int = 16,
+               previous: BatchDrawer | None = None):
     """Prepares the per-dataset tensors once.
 
     Args:
@@ -110,6 +125,8 @@ class DartThrower(BatchDrawer):
         instead of O(k^2 d)).
       verbose: show a progress bar if computing that matrix takes more than about 2 s.
       max_steps_per_draw: the most steps one draw covers (`steps_per_draw`).
+      previous: the thrower this one replaces (the same sampler on refreshed features): when
+        its traced draws fit this thrower, they are reused instead of traced again.
     """
     num_points, dim = features.shape
     # The variables of a refreshable thrower (`refreshable`), by attribute name; None: constants.
@@ -176,13 +193,24 @@ class DartThrower(BatchDrawer):
     # N <= 8 k.
     self._fill_candidates = 2 * batch_size + 64 if num_points > _FILL_BY_SCORES_UP_TO * batch_size else None
     # One trace serves every draw outside the pipeline: the radius calibration's, at any radius scale
-    # and dart budget, and the batcher's (`traced_draw`), at any key. It draws with a copy made
-    # before this attribute exists: a function that referenced the thrower holding it would be a
-    # cycle, and keep the tensors (the distance cache, say) until the next garbage collection.
-    self._traced_draws = tf.function(
-        functools.partial(DartThrower._draws, copy.copy(self)), autograph=False, input_signature=(
-            tf.TensorSpec([2], tf.int64), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int32),
-            tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)))
+    # and dart budget, and the batcher's (`traced_draw`), at any key; the per-dataset tensors are
+    # its arguments, so that the throwers of later refreshes reuse it (a trace costs about a
+    # second, a refresh's calibration a tenth of that besides). It draws with a template that holds
+    # none of them: a function that referenced the thrower holding it would be a cycle, and keep
+    # the tensors (the distance cache, say) until the next garbage collection.
+    template = copy.copy(self)
+    for name in _STATE:
+      setattr(template, name, None)
+    template._uniform_radius = None
+    self._trace_config = _trace_config(template)
+    self._draws_on_state: Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
+    if isinstance(previous, DartThrower) and previous._trace_config == self._trace_config:
+      self._draws_on_state = previous._draws_on_state
+    else:
+      self._draws_on_state = tf.function(functools.partial(DartThrower._draws_with_state, template),
+                                         autograph=False)
+    # A refreshable thrower's draw, traced once on its variables (`refreshable`).
+    self._traced_variable_draw: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
 
   def _pairwise_sq_distances(self, verbose: bool) -> tf.Tensor:
     """`[N * N]` shrunk squared distances (row-major), computed like the on-the-fly test."""
@@ -215,7 +243,7 @@ class DartThrower(BatchDrawer):
     with tf.device("CPU:0"):
       live._variables = {name: tf.Variable(value, trainable=False) for name, value in state.items()}
     # As in `__init__`: the trace draws with a copy that does not hold the trace.
-    live._traced_draws = tf.function(functools.partial(DartThrower.draw, copy.copy(live)), autograph=False,
+    live._traced_variable_draw = tf.function(functools.partial(DartThrower.draw, copy.copy(live)), autograph=False,
                                      input_signature=(tf.TensorSpec([2], tf.int64), tf.TensorSpec([], tf.int64)))
     return live
 
@@ -333,24 +361,42 @@ class DartThrower(BatchDrawer):
     Stops counting at the first draw with a fill. For calibrating the radius: every scale and
     budget runs the one trace of `traced_draw`.
     """
-    _, _, filled = self._traced_draws(
-        key, tf.constant(0, tf.int64), tf.constant(-(-steps // self.steps_per_draw), tf.int32),
+    _, _, filled = self._draws_on_state(
+        self._trace_state(), key, tf.constant(0, tf.int64), tf.constant(-(-steps // self.steps_per_draw), tf.int32),
         tf.constant(radius_scale, tf.float32), tf.constant(max_darts, tf.int32))
     return int(filled)
 
   def traced_draw(self) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
     """`draw` through the calibration's trace, at this thrower's radius scale and dart budget."""
-    if self._variables is not None:
-      return self._traced_draws
+    if self._traced_variable_draw is not None:
+      return self._traced_variable_draw
+    state = self._trace_state()
     radius_scale = tf.constant(self.radius_scale, tf.float32)
     max_darts = tf.constant(self._plan.max_darts, tf.int32)
     one = tf.constant(1, tf.int32)
 
     def draw(key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-      indices, fallback, _ = self._traced_draws(key, first_step, one, radius_scale, max_darts)
+      indices, fallback, _ = self._draws_on_state(state, key, first_step, one, radius_scale, max_darts)
       return indices, fallback
 
     return draw
+
+  def _trace_state(self) -> dict[str, tf.Tensor]:
+    """The per-dataset tensors `_draws_on_state` takes (a one-radius thrower's radius among them)."""
+    state = {name: getattr(self, name) for name in _STATE if getattr(self, name) is not None}
+    if self._uniform_radius is not None:
+      state["_uniform_radius"] = tf.convert_to_tensor(self._uniform_radius, tf.float32)
+    return state
+
+  @staticmethod
+  def _draws_with_state(template: DartThrower, state: dict[str, tf.Tensor], key: tf.Tensor, first_step: tf.Tensor,
+                        num_draws: tf.Tensor, radius_scale: tf.Tensor,
+                        max_darts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """`_draws` of the thrower `template` is, with the per-dataset tensors `state`."""
+    thrower = copy.copy(template)
+    for name, value in state.items():
+      setattr(thrower, name, value)
+    return thrower._draws(key, first_step, num_draws, radius_scale, max_darts)
 
   # The built-in drawers' control flow is explicit TensorFlow ops: AutoGraph would only re-read
   # their source, on the first trace in each process (~0.6 s of a first build). Custom drawers

@@ -340,7 +340,7 @@ class RepulsiveBatcher:
     # The build's features, from these very weights: its drawer and inclusion weights are this refresh's.
     reuse = at_refresh_step and built.build_features is not None and built.build_features[0] == fingerprint
     built.build_features = None
-    drawer = self._build_drawer(features, built.labels)
+    drawer = self._build_drawer(features, built.labels, previous=built.drawer)
     built.drawer.refresh_from(drawer)
     if built.mingling is not None:
       assert drawer.mingling is not None  # the same sampler
@@ -619,15 +619,17 @@ class RepulsiveBatcher:
       built.inclusion_weights = (tf.constant(weights) if self._model_space is None
                                  else tf.Variable(weights, trainable=False))
 
-  def _build_drawer(self, features: np.ndarray, labels: np.ndarray | None) -> _contract.BatchDrawer:
-    """The sampler's drawer for these features, its type and steps per draw checked."""
+  def _build_drawer(self, features: np.ndarray, labels: np.ndarray | None,
+                    previous: _contract.BatchDrawer | None = None) -> _contract.BatchDrawer:
+    """The sampler's drawer for these features (replacing `previous`), its type and steps per draw checked."""
     space = self._model_space
     sampler = self.sampler
     # A model-space stream draws each step as it delivers it (see `__call__`).
     most = 16 if space is None else 1
     drawer = sampler.build(_contract.SamplingContext(
         features=features, labels=labels, batch_size=self.batch_size,
-        distance_cache_bytes=self._distance_cache_bytes, verbose=self._verbose, max_steps_per_draw=most))
+        distance_cache_bytes=self._distance_cache_bytes, verbose=self._verbose, max_steps_per_draw=most,
+        previous=previous))
     if not isinstance(drawer, _contract.BatchDrawer):
       raise TypeError(
           f"{type(sampler).__name__}.build must return a tf_repulsive.BatchDrawer (subclass it); got "

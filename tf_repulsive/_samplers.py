@@ -41,7 +41,8 @@ class Uniform(Sampler):
     plan = _dart_throwing.DartPlan(point_radius=None, pi=None, mingling_values=None, num_mingling_values=0,
                                    max_darts=_dart_budget(None, context.batch_size))
     return _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
-                                      verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
+                                      verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw,
+                                      previous=context.previous)
 
 
 class DiskSampler(Sampler):
@@ -64,7 +65,8 @@ class DiskSampler(Sampler):
     plan = self.plan(batch_size=context.batch_size, radius=radius,
                      mingling_values=None if mingling is None else mingling.values, num_points=num_points)
     thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
-                                         verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
+                                         verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw,
+                                         previous=context.previous)
     if self.radius == _radius.AUTO:
       scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.batch_size,
                                          context.verbose)
@@ -217,11 +219,21 @@ class DensePDS(_MinglingPDS):
       raise ValueError(
           f"`pi` = {self.pi} puts no mass on a mingling value that occurs in the data "
           f"(values present: {np.flatnonzero(present).tolist()}); give those values weight.")
-    pi = tf.constant(self.pi, tf.float64)
     return _dart_throwing.DartPlan(
-        point_radius=np.full([num_points], radius), pi=lambda histogram, step: pi,
+        point_radius=np.full([num_points], radius), pi=_ConstantPi(self.pi),
         mingling_values=mingling_values, num_mingling_values=self.neighbors + 1,
         max_darts=_dart_budget(self.max_darts, batch_size), one_radius=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ConstantPi:
+  """Dense PDS's pi, the same at every step; equal for equal values (so refreshes share a trace)."""
+
+  values: tuple[float, ...]
+
+  def __call__(self, histogram: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+    del histogram, step
+    return tf.constant(self.values, tf.float64)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

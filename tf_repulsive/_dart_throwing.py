@@ -194,8 +194,8 @@ class DartThrower(BatchDrawer):
     self._fill_candidates = 2 * batch_size + 64 if num_points > _FILL_BY_SCORES_UP_TO * batch_size else None
     # One trace serves every draw outside the pipeline: the radius calibration's, at any radius scale
     # and dart budget, and the batcher's (`traced_draw`), at any key; the per-dataset tensors are
-    # its arguments, so that the throwers of later refreshes reuse it (a trace costs about a
-    # second, a refresh's calibration a tenth of that besides). It draws with a template that holds
+    # its arguments, so that the throwers of later refreshes reuse it (a trace costs more than
+    # all of a calibration's draws). It draws with a template that holds
     # none of them: a function that referenced the thrower holding it would be a cycle, and keep
     # the tensors (the distance cache, say) until the next garbage collection.
     template = copy.copy(self)
@@ -236,10 +236,7 @@ class DartThrower(BatchDrawer):
     live = copy.copy(self)
     if not self._plan.one_radius:
       live._uniform_radius = None
-    state = {name: getattr(self, name) for name in _STATE if getattr(self, name) is not None}
-    state["radius_scale"] = tf.constant(self.radius_scale, tf.float32)
-    if live._uniform_radius is not None:
-      state["_uniform_radius"] = tf.constant(live._uniform_radius, tf.float32)
+    state = {**live._trace_state(), "radius_scale": tf.constant(self.radius_scale, tf.float32)}
     with tf.device("CPU:0"):
       live._variables = {name: tf.Variable(value, trainable=False) for name, value in state.items()}
     # As in `__init__`: the trace draws with a copy that does not hold the trace.
@@ -392,7 +389,7 @@ class DartThrower(BatchDrawer):
   def _draws_with_state(template: DartThrower, state: dict[str, tf.Tensor], key: tf.Tensor, first_step: tf.Tensor,
                         num_draws: tf.Tensor, radius_scale: tf.Tensor,
                         max_darts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """`_draws` of the thrower `template` is, with the per-dataset tensors `state`."""
+    """What `template`'s `_draws` returns with the per-dataset tensors `state`."""
     thrower = copy.copy(template)
     for name, value in state.items():
       setattr(thrower, name, value)

@@ -24,6 +24,10 @@ ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES
 
 _RADIUS_HELP = "Disk radius: default (half the median distance), auto, or a number."
 
+# --space values: where the disk samplers measure distances (the model's spaces through
+# tf_repulsive.ModelSpace).
+SPACES = ("input", "embedding", "gradient")
+
 
 def parse_radius(text: str) -> float | str | None:
   """A --radius value: "default" (None: half the median distance), "auto", or a number > 0."""
@@ -41,6 +45,38 @@ def parse_radius(text: str) -> float | str | None:
 def radius_setting(default: str = "default", help: str = _RADIUS_HELP) -> Any:
   """A disk-radius field of a settings dataclass: its flag takes the text `parse_radius` reads."""
   return settings.setting(default, help, parse=parse_radius)
+
+
+def space_setting() -> Any:
+  """The --space field of a settings dataclass (one of `SPACES`)."""
+  return settings.setting(
+      "input", "Where the disks measure distances: the inputs, or the model's embedding or last-layer gradient "
+      "(tf_repulsive.ModelSpace, refreshed every --refresh_every steps).", choices=SPACES)
+
+
+def refresh_every_setting(default: int) -> Any:
+  """The --refresh_every field of a settings dataclass: steps between refreshes of a model space."""
+  return settings.setting(default, "Steps between refreshes of the embedding or gradient features.", minimum=1)
+
+
+def model_space(space: str, model: keras.Model, *, refresh_every: int, workdir: pathlib.Path, seed: int,
+                inputs_fn: Callable[[Any], Any] | None = None) -> tf_repulsive.ModelSpace | None:
+  """The `ModelSpace` of a --space value (None for "input"), its refreshes saved under `workdir`.
+
+  Args:
+    space: one of `SPACES`.
+    model: the model being trained.
+    refresh_every: steps between refreshes.
+    workdir: the run's directory; the refreshes go to its `refreshes/`.
+    seed: the seed of the gradient features' projection.
+    inputs_fn: the model's inputs from a chunk of the elements' x (`ModelSpace.inputs_fn`).
+  """
+  if space == "input":
+    return None
+  source = tf_repulsive.EmbeddingFeatures() if space == "embedding" else tf_repulsive.GradientFeatures(seed=seed)
+  # The last two refreshes kept: enough to resume between two of them.
+  return tf_repulsive.ModelSpace(model, source, refresh_every=refresh_every, directory=workdir / "refreshes",
+                                 keep_last=2, inputs_fn=inputs_fn)
 
 
 def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = None,

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import wave
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,11 +18,13 @@ import tensorflow as tf
 from examples import common
 from examples import settings
 from examples.speech_commands import input_data
+from examples.speech_commands import models
 from examples.speech_commands import summary
 from examples.speech_commands import synthesis
 from examples.speech_commands import train
 from conftest import check_auto_radius
 from conftest import draw_steps
+import tf_repulsive
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 _TOOLS_MISSING = shutil.which("espeak-ng") is None or shutil.which("sox") is None
@@ -286,11 +289,11 @@ def test_flagfiles_parse(example_main, name):
   assert config.radius == 51.0 and config.dct_coefficient_count == 13
 
 
-def _tiny_config(tiny_dataset, steps: tuple[int, int], sampler: str) -> train.Config:
+def _tiny_config(tiny_dataset, steps: tuple[int, int], sampler: str, **settings_) -> train.Config:
   data_dir, _ = tiny_dataset
   return train.Config(data_dir=str(data_dir), wanted_words=("yes", "no", "up"), how_many_training_steps=steps,
                       learning_rate=(0.001, 0.0001), eval_step_interval=3, batch_size=8, sampler=sampler,
-                      validation_percentage=25.0, testing_percentage=25.0, seed=1)
+                      validation_percentage=25.0, testing_percentage=25.0, seed=1, **settings_)
 
 
 @needs_tools
@@ -328,6 +331,26 @@ def test_active_bias_learns_on_the_mfcc_inputs(tiny_dataset, tmp_path):
 
 
 @needs_tools
+def test_gradient_space_draws_on_the_models_gradients_of_the_clean_mfccs(tiny_dataset, tmp_path):
+  """The features of refresh 0 are the initial model's gradient features of the clean clips' MFCCs."""
+  config = _tiny_config(tiny_dataset, (4, 2), "vanilla_pds", radius="auto", space="gradient", refresh_every=6)
+  result = train.train_and_evaluate(config, tmp_path / "run", verbose=0)
+  assert result.steps == 6 and all(row["train_seconds"] > 0 for row in result.curve[1:])
+  data_dir, _ = tiny_dataset
+  index = input_data.prepare_data_index(
+      data_dir, config.wanted_words, config.silence_percentage, config.unknown_percentage,
+      config.validation_percentage, config.testing_percentage)
+  noise = input_data.load_background_noise(data_dir, config.audio.desired_samples)
+  waveforms, labels = input_data.load_partition(index.partitions["training"], noise, config.audio, "training")
+  keras.utils.set_random_seed(config.seed)
+  initial = models.create_conv_model(config.audio.feature_shape, len(index.words_list))
+  expected = tf_repulsive.model_features(tf_repulsive.GradientFeatures(seed=config.seed), initial,
+                                         input_data.mfcc(tf.constant(waveforms), config.audio).numpy(), labels)
+  with np.load(tmp_path / "run" / "refreshes" / "refresh-000000000.npz") as saved:
+    np.testing.assert_allclose(saved["features"], expected, rtol=1e-4, atol=1e-6)
+
+
+@needs_tools
 def test_generate_data_program_writes_a_dataset(example_main, tmp_path, capsys):
   program = example_main("examples.speech_commands.generate_data", f"--data_dir={tmp_path}", "--num_speakers=2",
                          "--target_words=yes", "--unknown_words=cat", "--unknown_words_per_speaker=1",
@@ -342,21 +365,27 @@ def test_dataset_config_checks_the_unknown_pool():
     synthesis.DatasetConfig(unknown_words=("cat", "dog"), unknown_words_per_speaker=3)
 
 
-def _fake_run(test_accuracy, curve):
+def _fake_run(test_accuracy, curve, seconds_per_step=None):
+  rows = [{"step": 10 * i, "validation_accuracy": value} for i, value in enumerate(curve)]
+  if seconds_per_step is not None:
+    rows = [{**row, "train_seconds": seconds_per_step * row["step"]} for row in rows]
   return {"validation_accuracy": curve[-1], "test_accuracy": test_accuracy, "steps": 20, "seconds": 120.0,
-          "curve": [{"step": 10 * i, "validation_accuracy": value} for i, value in enumerate(curve)],
+          "curve": rows,
           "partition_sizes": {"training": 30, "validation": 5, "testing": 5},
           "mingling_histogram": [0.5, 0.1, 0.1, 0.1, 0.1, 0.1]}
 
 
 def test_summary_pairs_each_sampler_with_uniform_by_seed():
-  runs = {"vanilla_pds": {1: _fake_run(0.6, [0.1, 0.3, 0.5]), 2: _fake_run(0.8, [0.1, 0.5, 0.6])},
-          "uniform": {1: _fake_run(0.5, [0.1, 0.2, 0.3]), 2: _fake_run(0.6, [0.1, 0.2, 0.3])}}
-  lines = summary.summary_table(runs).splitlines()
-  assert lines[2].startswith("| uniform | 2 (1,2) | 20 | 0.3000 ± 0.0000 | 0.5500 ± 0.0707 |")
-  # Paired test-accuracy differences 0.1 and 0.2; curve-mean differences 0.1 and 0.2.
+  runs = {"vanilla_pds": {1: _fake_run(0.6, [0.1, 0.3, 0.5], 2.0), 2: _fake_run(0.8, [0.1, 0.25, 0.6], 3.0)},
+          "uniform": {1: _fake_run(0.5, [0.1, 0.2, 0.3]), 2: _fake_run(0.6, [0.1, 0.2, 0.25])}}
+  lines = summary.summary_table(runs, target_accuracy=0.3).splitlines()
+  assert lines[2].startswith("| uniform | 2 (1,2) | 20 | 0.2750 ± 0.0354 | 0.5500 ± 0.0707 |")
+  # Uniform reaches 0.3 on seed 1 only, and recorded no train seconds.
+  assert "| 20, — | — |" in lines[2]
+  # Paired test-accuracy differences 0.1 and 0.2; curve-mean differences 0.1 and 0.2; accuracy 0.3
+  # at step 10 (20 s) and at step 20 (60 s).
   assert lines[3].startswith("| vanilla_pds | 2 (1,2) | 20 |")
-  assert "| 0.1500 ± 0.0707 | 0.1500 ± 0.0707 | 2.0 (2.0–2.0) |" in lines[3]
+  assert "| 0.1500 ± 0.0707 | 0.1167 ± 0.0236 | 10, 20 | 40.0 ± 28.3 (2/2) | 2.0 (2.0–2.0) |" in lines[3]
 
 
 def test_mean_curves_refuse_runs_of_different_configs():
@@ -386,15 +415,17 @@ def test_auto_radius_fills_the_batches_of_mfccs(tiny_dataset, sampler):
 
 
 def test_runs_at_other_radii_count_as_their_own_sampler(example_main, tmp_path, capsys):
-  runs = [("uniform_seed1", "uniform", None, 1), ("vanilla_pds_seed1", "vanilla_pds", None, 1),
-          ("r51_seed1", "vanilla_pds", 51.0, 1), ("r51_seed2", "vanilla_pds", 51.0, 2)]
-  for name, sampler, radius, seed in runs:
+  runs = [("uniform_seed1", "uniform", None, "input", 1), ("vanilla_pds_seed1", "vanilla_pds", None, "input", 1),
+          ("r51_seed1", "vanilla_pds", 51.0, "input", 1), ("r51_seed2", "vanilla_pds", 51.0, "input", 2),
+          ("gradient_seed1", "vanilla_pds", "auto", "gradient", 1)]
+  for name, sampler, radius, space, seed in runs:
     (tmp_path / name).mkdir()
-    result = {**_fake_run(0.5, [0.1, 0.2]), "config": {"sampler": sampler, "radius": radius, "seed": seed}}
+    result = {**_fake_run(0.5, [0.1, 0.2]),
+              "config": {"sampler": sampler, "radius": radius, "space": space, "seed": seed}}
     (tmp_path / name / "results.json").write_text(json.dumps(result))
   runs = summary.load_runs(tmp_path)
   assert {name: sorted(seeds) for name, seeds in runs.items()} == {
-      "uniform": [1], "vanilla_pds": [1], "vanilla_pds@51.0": [1, 2]}
+      "uniform": [1], "vanilla_pds": [1], "vanilla_pds@51.0": [1, 2], "vanilla_pds@auto@gradient": [1]}
   program = example_main("examples.speech_commands.summarize", f"--runs_dir={tmp_path}")
   program.main(["summarize"])
   table = (tmp_path / "summary.md").read_text()

@@ -217,6 +217,8 @@ def test_bad_model_space_arguments_are_refused_before_reading():
     tf_repulsive.ModelSpace(model, "embedding", refresh_every=4)
   with pytest.raises(ValueError, match="refresh_every"):
     tf_repulsive.ModelSpace(model, embedding, refresh_every=0)
+  with pytest.raises(TypeError, match="inputs_fn"):
+    tf_repulsive.ModelSpace(model, embedding, refresh_every=4, inputs_fn="mfcc")
   space = tf_repulsive.ModelSpace(model, embedding, refresh_every=4, verbose=False)
   with pytest.raises(ValueError, match="not both"):
     tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), model_space=space, feature_fn=lambda x, y: x)
@@ -317,3 +319,21 @@ def test_keras_sample_weight_elements_keep_their_weights_and_features_come_from_
   np.testing.assert_array_equal(batch_x, x[expected[0]])
   np.testing.assert_array_equal(batch_y, y[expected[0]])
   np.testing.assert_array_equal(batch_weights, weights[expected[0]])
+
+
+def test_inputs_fn_maps_elements_the_model_does_not_take_as_they_are():
+  """Elements [N, 2, 4] (a clean and a noisy copy) of which the model takes the clean row."""
+  x, y = _data()
+  noisy = x + np.random.default_rng(1).normal(size=x.shape).astype(np.float32)
+  elements = np.stack([x, noisy], axis=1)
+  model = _model()
+  space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=4, verbose=False,
+                                  inputs_fn=lambda chunk: chunk[:, 0])
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(radius="auto"), seed=SEED, start_step=0,
+                                         model_space=space, verbose=False)
+  iterator = iter(tf.data.Dataset.from_tensor_slices((elements, y)).apply(batcher))
+  batcher.refresh_features(0)
+  expected, _ = _reference_batches(tf_repulsive.VanillaPDS(radius="auto"),
+                                   tf_repulsive.model_features(tf_repulsive.GradientFeatures(), model, x, y), y, [0])
+  batch_elements, _ = next(iterator)
+  np.testing.assert_array_equal(batch_elements, elements[expected[0]])

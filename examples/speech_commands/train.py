@@ -19,6 +19,10 @@ therefore separates *which* examples a batch holds from *how* they are presented
    ops keyed by a per-batch seed stream): time shift and noise mixing as TF does, then the MFCCs of
    the augmented audio, which the model trains on.
 
+With `space` "embedding" or "gradient" the disks are drawn in the model's own space instead
+(`tf_repulsive.ModelSpace`, refreshed every `refresh_every` steps): the model's features of the
+clean clips, whose MFCCs `ModelSpace.inputs_fn` computes from the waveforms the batcher reads.
+
 So augmentation is TF's, unchanged, and the repulsion acts between clips. The alternatives are
 worse: sampling on augmented features would need a fixed set of pre-augmented copies (memory times
 the number of copies, and copies of one clip would repel each other), and dropping augmentation
@@ -97,6 +101,8 @@ class Config(settings.Settings):
   sampler: str = settings.setting("anneal_pds", "Mini-batch sampler.", choices=common.ALL_SAMPLER_NAMES)
   neighbors: int = settings.setting(5, "K of the mingling index.", minimum=1)
   radius: float | str | None = common.radius_setting()
+  space: str = common.space_setting()
+  refresh_every: int = common.refresh_every_setting(30)
   seed: int = settings.setting(0, "Seed of initialisation, dropout, batch draws and augmentation.")
 
   def __post_init__(self):
@@ -220,10 +226,21 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   logging.info("Labels %s; split from %s; partition sizes %s.", index.words_list, index.split_source, sizes)
 
   keras.utils.set_random_seed(config.seed)
+  model = models.create_conv_model(settings.feature_shape, len(index.words_list))
+  model.compile(
+      optimizer=keras.optimizers.SGD(learning_rate_schedule(config.how_many_training_steps, config.learning_rate)),
+      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      metrics=["accuracy"])
   train_waveforms, train_labels = partitions["training"]
+  # The train seconds count the batcher's build and the refreshes: their cost is part of training with it.
+  started = time.perf_counter()
   sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, radius=config.radius)
-  batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed,
-                                         feature_fn=lambda waveform, label: input_data.mfcc(waveform, settings))
+  # In the model's space, the features are the model's on the clean clips' MFCCs (what it takes).
+  space = common.model_space(config.space, model, refresh_every=config.refresh_every, workdir=workdir,
+                             seed=config.seed, inputs_fn=lambda waveforms: input_data.mfcc(waveforms, settings))
+  batcher = tf_repulsive.repulsive_batch(
+      config.batch_size, sampler, seed=config.seed, model_space=space,
+      feature_fn=None if space else lambda waveform, label: input_data.mfcc(waveform, settings))
   batches = tf.data.Dataset.from_tensor_slices((train_waveforms, train_labels)).apply(batcher)
   train_features = _features(train_waveforms, settings)
   time_shift_samples = int(config.sample_rate * config.time_shift_ms / 1000)
@@ -245,24 +262,21 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
     waveforms, labels = partitions[subset]
     return tf.data.Dataset.from_tensor_slices((_features(waveforms, settings), labels)).batch(config.batch_size)
 
-  model = models.create_conv_model(settings.feature_shape, len(index.words_list))
-  model.compile(
-      optimizer=keras.optimizers.SGD(learning_rate_schedule(config.how_many_training_steps, config.learning_rate)),
-      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      metrics=["accuracy"])
   validation = common.PeriodicEvaluation(
       evaluation_data("validation"), config.eval_step_interval, workdir / "validation_curve.csv",
-      log_dir=workdir / "tensorboard" / "validation", prefix="validation")
+      log_dir=workdir / "tensorboard" / "validation", prefix="validation", started=started)
   steps_per_epoch = min(config.eval_step_interval, config.total_steps)
   model.fit(train, steps_per_epoch=steps_per_epoch, epochs=math.ceil(config.total_steps / steps_per_epoch),
             shuffle=False, verbose=verbose,
             callbacks=[
                 _TrainingMetricsInEpochLogs(),
+                # Before the sampler's callbacks: the time of step n's evaluation leaves out the
+                # refresh that serves the steps after n.
+                validation,
                 # Before TensorBoard, which then logs the pi and mingling mix it adds.
                 # ActiveBias records its prediction history on the clean clips' MFCCs.
                 *common.sampler_callbacks(batcher, model_inputs=train_features),
                 _StopAtStep(config.total_steps),
-                validation,
                 keras.callbacks.TensorBoard(workdir / "tensorboard"),
             ])
   test_accuracy = float(model.evaluate(evaluation_data("testing"), verbose=0, return_dict=True)["accuracy"])

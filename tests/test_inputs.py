@@ -248,12 +248,18 @@ def test_verbose_must_be_a_bool():
     tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), verbose=1)
 
 
+class _UniformReadingLabels(tf_repulsive.Uniform):
+  """Uniform batches from a batcher that reads the labels too: the reading, without a mingling build."""
+
+  needs_labels = True
+
+
 @pytest.mark.parametrize("size", [300, 4096, 4097, 9000])
 def test_unknown_and_known_sizes_read_the_same_elements_in_order(size):
   x, y = _points(size)
-  known = tf_repulsive.repulsive_batch(4, tf_repulsive.AnnealPDS(), start_step=0)
+  known = tf_repulsive.repulsive_batch(4, _UniformReadingLabels(), start_step=0)
   tf.data.Dataset.from_tensor_slices((x, y)).apply(known)
-  unknown = tf_repulsive.repulsive_batch(4, tf_repulsive.AnnealPDS(), start_step=0)
+  unknown = tf_repulsive.repulsive_batch(4, _UniformReadingLabels(), start_step=0)
   _generated(size).apply(unknown)
   for batcher in (known, unknown):
     np.testing.assert_array_equal(batcher.elements[0], x)

@@ -1,9 +1,9 @@
 """Keras BackupAndRestore: after a crash and a rerun in a new process, optimizer step n trains on draw n.
 
-For every sampler (one fit over a zip of all their streams), with the `AnnealingCallback`s before
-or after `BackupAndRestore`; without them, `fit` must fail at once, saying what to add, instead of
-replaying step 0. A stream whose features are refreshed from the model (`ModelSpace`) must train
-the batches of the uninterrupted run.
+For a sampler of each kind of drawer state (one fit over a zip of their streams), with the
+`AnnealingCallback`s before or after `BackupAndRestore`. A stream whose features are refreshed from
+the model (`ModelSpace`) must train the batches of the uninterrupted run. (Without the callback,
+`fit` fails at once: test_callback.)
 """
 
 import json
@@ -32,11 +32,11 @@ def _run_phase(phase, orders, tmp_path):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   tmp_path = tmp_path_factory.mktemp("keras_resume")
-  orders = ("callback_first", "backup_first", "no_callback")
+  orders = ("callback_first", "backup_first")
   for order in orders:
     (tmp_path / order).mkdir()
   crashed = _run_phase("crash", orders, tmp_path)
-  resumed = _run_phase("resume", orders[:2], tmp_path)
+  resumed = _run_phase("resume", orders, tmp_path)
   return crashed, resumed
 
 
@@ -45,7 +45,7 @@ def draw_fingerprints():
   """`[step, sampler]`: the fingerprint of every sampler's draw of steps 0 .. 64."""
   x, y = run.digits()
   expected = []
-  for sampler_name in run.checkpoint_cases.SAMPLERS:
+  for sampler_name in run.SAMPLERS:
     batcher = run.batcher_for(sampler_name)
     tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
     expected.append([float(x[batcher.batch_indices(step)].astype(np.float64).sum())
@@ -72,8 +72,3 @@ def test_every_optimizer_step_trains_on_its_draw_across_a_crash_and_a_new_proces
   np.testing.assert_array_equal(fingerprints[:, -1],
                                 np.array([fingerprints for _, fingerprints in uninterrupted])[:len(consumed), -1])
 
-
-def test_without_the_callback_fit_fails_at_once_saying_what_to_add(runs):
-  crashed, _ = runs
-  assert "AnnealingCallback" in crashed["no_callback"]["error"]
-  assert crashed["no_callback"]["consumed"] == []

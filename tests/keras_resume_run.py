@@ -5,10 +5,10 @@
 leave (the backup, the saved refreshes) to WORKDIR/crashed; `resume` continues from that copy in
 a new process. One model trains on a zip of the SAMPLERS' streams (one `AnnealingCallback` each),
 so one fit checks them all: its train step fingerprints each stream's batch. The last stream
-(`model_space`) draws Vanilla
-PDS on the model's hidden activations, refreshed every REFRESH_EVERY steps, its elements weighted
-by their inclusion probabilities (re-estimated at each refresh; the fingerprint holds the
-weighted inputs): the uninterrupted `crash` run's batches are its reference. Writes
+(`model_space`) draws Vanilla PDS on the model's hidden activations, refreshed every
+REFRESH_EVERY steps, its elements weighted by their inclusion probabilities (re-estimated at each
+refresh; the fingerprint holds the weighted inputs): the uninterrupted `crash` run's batches are
+its reference. Writes
 WORKDIR/<phase>.json: {"consumed": [[optimizer step, [fingerprint per stream]], ...]}.
 """
 

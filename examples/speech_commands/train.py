@@ -235,12 +235,16 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   # The train seconds count the batcher's build and the refreshes: their cost is part of training with it.
   started = time.perf_counter()
   sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, radius=config.radius)
+
+  def clean_mfcc(waveforms):
+    return input_data.mfcc(waveforms, settings)
+
   # In the model's space, the features are the model's on the clean clips' MFCCs (what it takes).
   space = common.model_space(config.space, model, refresh_every=config.refresh_every, workdir=workdir,
-                             seed=config.seed, inputs_fn=lambda waveforms: input_data.mfcc(waveforms, settings))
+                             seed=config.seed, inputs_fn=clean_mfcc)
   batcher = tf_repulsive.repulsive_batch(
       config.batch_size, sampler, seed=config.seed, model_space=space,
-      feature_fn=None if space else lambda waveform, label: input_data.mfcc(waveform, settings))
+      feature_fn=None if space else lambda waveform, label: clean_mfcc(waveform))
   batches = tf.data.Dataset.from_tensor_slices((train_waveforms, train_labels)).apply(batcher)
   train_features = _features(train_waveforms, settings)
   time_shift_samples = int(config.sample_rate * config.time_shift_ms / 1000)

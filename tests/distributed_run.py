@@ -5,14 +5,12 @@ TF's tf.data service and collective servers listen on every interface; inside th
 
 * `python distributed_run.py service OUT.npz`: a dispatcher and two workers in this process;
   streams distributed in both processing modes, plus the two refusals; the servers end with it.
-* `python distributed_run.py multi_worker OUT_DIR`: starts two worker processes of a
-  MultiWorkerMirroredStrategy (TF_CONFIG on 127.0.0.1) and waits for them.
-* `python distributed_run.py multi_worker_task INDEX OUT_DIR`: one of those workers.
+* `python distributed_run.py multi_worker_task INDEX OUT_DIR`: one of the two worker processes
+  of a MultiWorkerMirroredStrategy (TF_CONFIG on 127.0.0.1); the test starts both.
 """
 
 import json
 import os
-import subprocess
 import sys
 
 import keras
@@ -128,24 +126,10 @@ def multi_worker_task(index, output_dir):
     f.write(refusal)
 
 
-def multi_worker(output_dir):
-  tasks = [subprocess.Popen([sys.executable, __file__, "multi_worker_task", str(index), output_dir])
-           for index in range(len(MULTI_WORKER_PORTS))]
-  try:
-    codes = [task.wait(timeout=240) for task in tasks]
-  finally:
-    for task in tasks:
-      task.kill()
-  if any(codes):
-    raise SystemExit(f"a worker failed: exit codes {codes}")
-
-
 if __name__ == "__main__":
   command, *arguments = sys.argv[1:]
   if command == "service":
     service(*arguments)
-  elif command == "multi_worker":
-    multi_worker(*arguments)
   elif command == "multi_worker_task":
     multi_worker_task(int(arguments[0]), arguments[1])
   else:

@@ -1,15 +1,15 @@
 """One process of the Keras resume test: train with BackupAndRestore, crash or resume.
 
-`python keras_resume_run.py crash|resume ORDER WORKDIR`, ORDER `callback_first` or
-`backup_first`. `crash` trains without stopping, but copies what a crash at step CRASH_AT would
-leave (the backup, the saved refreshes) to WORKDIR/crashed; `resume` continues from that copy in
-a new process. One model trains on a zip of the SAMPLERS' streams (one `AnnealingCallback` each),
-so one fit checks them all: its train step fingerprints each stream's batch. The last stream
-(`model_space`) draws Vanilla PDS on the model's hidden activations, refreshed every
-REFRESH_EVERY steps, its elements weighted by their inclusion probabilities (re-estimated at each
-refresh; the fingerprint holds the weighted inputs): the uninterrupted `crash` run's batches are
-its reference. Writes
-WORKDIR/<phase>.json: {"consumed": [[optimizer step, [fingerprint per stream]], ...]}.
+`python keras_resume_run.py crash|resume WORKDIR` trains once for each of ORDERS (the callbacks
+before or after `BackupAndRestore`), in WORKDIR/<order>. `crash` trains without stopping, but
+copies what a crash at step CRASH_AT would leave (the backup, the saved refreshes) to
+<order>/crashed; `resume` continues from that copy in a new process. One model trains on a zip
+of the SAMPLERS' streams (one `AnnealingCallback` each), so one fit checks them all: its train
+step fingerprints each stream's batch. The last stream (`model_space`) draws Vanilla PDS on the
+model's hidden activations, refreshed every REFRESH_EVERY steps, its elements weighted by their
+inclusion probabilities (re-estimated at each refresh; the fingerprint holds the weighted
+inputs): the uninterrupted `crash` run's batches are its reference. Writes
+WORKDIR/<order>/<phase>.json: {"consumed": [[optimizer step, [fingerprint per stream]], ...]}.
 """
 
 import json
@@ -43,6 +43,7 @@ MODEL_SPACE = "model_space"
 # the k-DPP, the weights its callback keeps): what a resume in a new process must restore is the
 # callback's start of each. The iterator-checkpoint harness covers every sampler.
 SAMPLERS = ("uniform", "epoch_shuffle", "anneal_pds", "kdpp", "active_bias")
+ORDERS = ("callback_first", "backup_first")
 
 
 def digits():
@@ -137,6 +138,9 @@ def train(phase, order, workdir):
 
 
 if __name__ == "__main__":
-  phase_arg, order_arg, workdir_arg = sys.argv[1:]
-  with open(os.path.join(workdir_arg, f"{phase_arg}.json"), "w") as f:
-    json.dump(train(phase_arg, order_arg, workdir_arg), f)
+  phase_arg, workdir_arg = sys.argv[1:]
+  for order_arg in ORDERS:
+    order_dir = os.path.join(workdir_arg, order_arg)
+    os.makedirs(order_dir, exist_ok=True)
+    with open(os.path.join(order_dir, f"{phase_arg}.json"), "w") as f:
+      json.dump(train(phase_arg, order_arg, order_dir), f)

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import distributed_run as run
-from loopback import loopback_only
+from loopback import concurrently, loopback_only
 import tf_repulsive
 from tf_repulsive import _pipeline
 
@@ -77,8 +77,9 @@ def test_service_refuses_a_stream_whose_start_it_cannot_know(service_results):
 
 
 def test_multi_worker_shards_are_disjoint_and_make_the_global_draw(private_network, tmp_path):
-  subprocess.run(loopback_only([sys.executable, run.__file__, "multi_worker", str(tmp_path)]),
-                 check=True, timeout=_SECONDS)
+  workers = [[sys.executable, run.__file__, "multi_worker_task", str(index), str(tmp_path)]
+             for index in range(len(run.MULTI_WORKER_PORTS))]
+  subprocess.run(loopback_only(concurrently(workers, _SECONDS - 60)), check=True, timeout=_SECONDS)
   shards = [np.load(tmp_path / f"worker{index}.npy") for index in range(2)]
   draws, _ = _draws(tf_repulsive.AnnealPDS(), run.MULTI_WORKER_STEPS)
   half = run.BATCH // 2

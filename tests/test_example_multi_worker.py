@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from examples.multi_worker import train
-from loopback import loopback_only
+from loopback import concurrently, loopback_only
 import tf_repulsive
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -19,10 +19,9 @@ _BATCH = 32
 
 def test_two_workers_train_as_one_process_on_the_draws(private_network, tmp_path):
   workers = "127.0.0.1:23456,127.0.0.1:23457"  # free: the namespace is private
-  command = " & ".join(
-      f"{sys.executable} -m examples.multi_worker.main --workers={workers} --task_index={index} "
-      f"--steps={_STEPS} --batch_size={_BATCH} --workdir={tmp_path}" for index in (0, 1)) + " & wait"
-  subprocess.run(loopback_only(["sh", "-c", command]), cwd=_REPO, timeout=300, check=True)
+  commands = [[sys.executable, "-m", "examples.multi_worker.main", f"--workers={workers}", f"--task_index={index}",
+               f"--steps={_STEPS}", f"--batch_size={_BATCH}", f"--workdir={tmp_path}"] for index in (0, 1)]
+  subprocess.run(loopback_only(concurrently(commands, 240)), cwd=_REPO, timeout=300, check=True)
   results = [np.load(tmp_path / f"worker{index}.npz") for index in (0, 1)]
   np.testing.assert_array_equal(results[0]["weights"], results[1]["weights"])
   # One process trained on the draws, as plain tensors: the same weights and losses.

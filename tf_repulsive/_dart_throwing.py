@@ -412,7 +412,16 @@ class DartThrower(BatchDrawer):
       supplied because the dart budget ran out.
     """
     thrower = self if self._variables is None else self._snapshot()
-    return thrower._draw(key, first_step, tf.cast(thrower.radius_scale, tf.float32), thrower._plan.max_darts)
+    arguments = (thrower._trace_state(), key, first_step, tf.constant(1, tf.int32),
+                 tf.cast(thrower.radius_scale, tf.float32), tf.constant(thrower._plan.max_darts, tf.int32))
+    if tf.executing_eagerly():
+      indices, fallback, _ = self._draws_on_state(*arguments)
+    else:
+      # Traced into the pipeline's map: the body of the one trace of the draw, copied in. A second
+      # trace would cost as much as the first (most of a small build); a call of the function would
+      # make tf.data instantiate the map as a multi-device function for every iterator.
+      indices, fallback, _ = _inlined(self._draws_on_state, *arguments)
+    return indices, fallback
 
   def _draws(self, key: tf.Tensor, first_step: tf.Tensor, num_draws: tf.Tensor, radius_scale: tf.Tensor,
              max_darts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -770,3 +779,24 @@ def _gram_per_step(row_x: tf.Tensor, col_x: tf.Tensor) -> tf.Tensor:
   products much faster than `BatchMatMul` over the step axis ("One matmul per step", BUILD_NOTES.md).
   """
   return tf.stack([tf.matmul(row, col, transpose_b=True) for row, col in zip(tf.unstack(row_x), tf.unstack(col_x))])
+
+
+def _inlined(function: tf.types.experimental.PolymorphicFunction, *arguments: object) -> tuple[tf.Tensor, ...]:
+  """`function(*arguments)` in the graph being built, as the ops of its trace (no call op).
+
+  `function` is a `tf.function` of tensor arguments; its trace for these arguments' shapes is
+  reused if it exists. Its graph is imported with its inputs mapped to `arguments` and to what it
+  captured (eager values captured by this graph), so it runs as if traced here.
+  """
+  concrete = function.get_concrete_function(*arguments)
+  graph = tf.compat.v1.get_default_graph()
+  # The caller's control dependencies (a pipeline's checks before its draw) reach the imported
+  # ops through their inputs: importing under them fails.
+  values = [tf.identity(value if tf.is_symbolic_tensor(value) else graph.capture(value))
+            for value in tf.nest.flatten(arguments) + list(concrete.captured_inputs)]
+  with tf.control_dependencies(None):
+    outputs = tf.graph_util.import_graph_def(
+        concrete.graph.as_graph_def(), input_map={placeholder.name: value for placeholder, value in
+                                                  zip(concrete.inputs, values, strict=True)},
+        return_elements=[output.name for output in concrete.outputs], name="draw")
+  return tf.nest.pack_sequence_as(concrete.structured_outputs, outputs)

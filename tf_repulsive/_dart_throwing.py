@@ -192,10 +192,10 @@ class DartThrower(BatchDrawer):
     # k distinct new points it may need (see `_fill_uniformly`); None: fill by scores, O(N) but then
     # N <= 8 k.
     self._fill_candidates = 2 * batch_size + 64 if num_points > _FILL_BY_SCORES_UP_TO * batch_size else None
-    # One trace serves every draw outside the pipeline: the radius calibration's, at any radius scale
-    # and dart budget, and the batcher's (`traced_draw`), at any key; the per-dataset tensors are
-    # its arguments, so that the throwers of later refreshes reuse it (a trace costs more than
-    # all of a calibration's draws). It draws with a template that holds
+    # One trace serves every draw: the radius calibration's, at any radius scale and dart budget,
+    # the batcher's (`traced_draw`), at any key, and the pipeline's (`draw` copies it in); the
+    # per-dataset tensors are its arguments, so that the throwers of later refreshes reuse it (a
+    # trace costs more than all of a calibration's draws). It draws with a template that holds
     # none of them: a function that referenced the thrower holding it would be a cycle, and keep
     # the tensors (the distance cache, say) until the next garbage collection.
     template = copy.copy(self)
@@ -418,8 +418,9 @@ class DartThrower(BatchDrawer):
       indices, fallback, _ = self._draws_on_state(*arguments)
     else:
       # Traced into the pipeline's map: the body of the one trace of the draw, copied in. A second
-      # trace would cost as much as the first (most of a small build); a call of the function would
-      # make tf.data instantiate the map as a multi-device function for every iterator.
+      # trace would cost as much as the first (a fifth to two fifths of a small build); a call of
+      # the function would make tf.data instantiate the map as a multi-device function for every
+      # iterator.
       indices, fallback, _ = _inlined(self._draws_on_state, *arguments)
     return indices, fallback
 

@@ -16,19 +16,10 @@ def _grid(side):
   return np.stack([xs.ravel(), ys.ravel()], axis=1).astype(np.float32)
 
 
-def _draw(thrower, first_step):
-  """`thrower.draw(KEY, first_step)`, through its `traced_draw`.
-
-  That is what `batch_indices` runs (the pipeline traces `draw` itself, and test_pipeline shows
-  the two equal); running the draw's loops eagerly instead is slow.
-  """
-  return thrower.traced_draw()(KEY, tf.constant(first_step, tf.int64))
-
-
 def _batch(thrower, step):
   """(indices, fallback) of the batch of `step`: its row of the draw that covers it."""
   steps_per_draw = thrower.steps_per_draw
-  indices, fallback = _draw(thrower, step - step % steps_per_draw)
+  indices, fallback = thrower.draw(KEY, tf.constant(step - step % steps_per_draw, tf.int64))
   return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
 
 
@@ -157,19 +148,19 @@ def test_fallback_fills_distinct_points_when_the_radius_is_too_large():
   points = _grid(10)
   # Radius 100 admits one point per batch: the rest comes from the fallback fill.
   thrower = _dart_throwing.DartThrower(points, _plan(np.full(100, 100.0), 64), 20)
-  indices, fallback = _draw(thrower, 0)
+  indices, fallback = thrower.draw(KEY, tf.constant(0, tf.int64))
   assert fallback.numpy().tolist() == [19] * thrower.steps_per_draw
   assert all(len(set(row)) == 20 for row in indices.numpy().tolist())
   # Each step of the draw gets its own fill.
   assert len({tuple(sorted(row)) for row in indices.numpy().tolist()}) > 1
-  again, _ = _draw(thrower, 0)
+  again, _ = thrower.draw(KEY, tf.constant(0, tf.int64))
   np.testing.assert_array_equal(indices, again)
 
 
 def test_batch_of_the_whole_dataset_terminates_and_is_a_permutation():
   points = _grid(6)
   thrower = _dart_throwing.DartThrower(points, _plan(np.full(36, 0.5), 36), 36)
-  indices, _ = _draw(thrower, 0)
+  indices, _ = thrower.draw(KEY, tf.constant(0, tf.int64))
   assert all(sorted(row) == list(range(36)) for row in indices.numpy().tolist())
 
 
@@ -194,7 +185,7 @@ def test_fallback_fill_is_uniform_over_the_points_not_yet_taken():
   thrower = _dart_throwing.DartThrower(points, _plan(None, 2), 8)
   counts = np.zeros(16)
   for first_step in range(0, 800, thrower.steps_per_draw):
-    indices, fallback = _draw(thrower, first_step)
+    indices, fallback = thrower.draw(KEY, tf.constant(first_step, tf.int64))
     for row, filled in zip(indices.numpy(), fallback.numpy()):
       assert filled >= 6 and len(set(row.tolist())) == 8
       counts += np.bincount(row, minlength=16)
@@ -218,7 +209,7 @@ def test_fallback_fill_of_large_datasets_is_uniform_given_the_accepted_point(fil
   # modulo N, are uniform over 1 ... 399.
   offsets = np.zeros(400)
   for first_step in range(0, 800, thrower.steps_per_draw):
-    indices, fallback = _draw(thrower, first_step)
+    indices, fallback = thrower.draw(KEY, tf.constant(first_step, tf.int64))
     for row, filled in zip(indices.numpy(), fallback.numpy()):
       assert filled == 9 and len(set(row.tolist())) == 10
       offsets += np.bincount((row[1:] - row[0]) % 400, minlength=400)
@@ -237,7 +228,7 @@ def test_per_step_work_of_a_filled_draw_does_not_grow_with_the_dataset():
   num_points = 100_003  # a size no other dimension of the draw has
   points = np.random.default_rng(0).normal(size=(num_points, 3)).astype(np.float32)
   thrower = _dart_throwing.DartThrower(points, _far_apart_plan(num_points), 20)
-  indices, fallback = _draw(thrower, 0)
+  indices, fallback = thrower.draw(KEY, tf.constant(0, tf.int64))
   assert (fallback.numpy() == 19).all() and all(len(set(row)) == 20 for row in indices.numpy().tolist())
   # The one trace of the draw, which the pipeline's map copies in.
   draw = tf.function(thrower.traced_draw()).get_concrete_function(tf.TensorSpec([2], tf.int64),

@@ -367,16 +367,21 @@ class DartThrower(BatchDrawer):
     """`draw` through the calibration's trace, at this thrower's radius scale and dart budget."""
     if self._traced_variable_draw is not None:
       return self._traced_variable_draw
-    state = self._trace_state()
-    radius_scale = tf.constant(self.radius_scale, tf.float32)
-    max_darts = tf.constant(self._plan.max_darts, tf.int32)
-    one = tf.constant(1, tf.int32)
+    state, settings = self._one_draw_arguments()
 
     def draw(key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-      indices, fallback, _ = self._draws_on_state(state, key, first_step, one, radius_scale, max_darts)
+      indices, fallback, _ = self._draws_on_state(state, key, first_step, *settings)
       return indices, fallback
 
     return draw
+
+  def _one_draw_arguments(self) -> tuple[dict[str, tf.Tensor], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
+    """What `_draws_on_state` takes besides the key and first step, for one draw of this thrower.
+
+    The per-dataset tensors, and the number of draws (1), radius scale and dart budget.
+    """
+    return self._trace_state(), (tf.constant(1, tf.int32), tf.cast(self.radius_scale, tf.float32),
+                                 tf.constant(self._plan.max_darts, tf.int32))
 
   def _trace_state(self) -> dict[str, tf.Tensor]:
     """The per-dataset tensors `_draws_on_state` takes (a one-radius thrower's radius among them)."""
@@ -411,17 +416,15 @@ class DartThrower(BatchDrawer):
       order; `fallback`: `[steps_per_draw]` int32, how many of each step's the fallback fill
       supplied because the dart budget ran out.
     """
-    thrower = self if self._variables is None else self._snapshot()
-    arguments = (thrower._trace_state(), key, first_step, tf.constant(1, tf.int32),
-                 tf.cast(thrower.radius_scale, tf.float32), tf.constant(thrower._plan.max_darts, tf.int32))
     if tf.executing_eagerly():
-      indices, fallback, _ = self._draws_on_state(*arguments)
-    else:
-      # Traced into the pipeline's map: the body of the one trace of the draw, copied in. A second
-      # trace would cost as much as the first (a fifth to two fifths of a small build); a call of
-      # the function would make tf.data instantiate the map as a multi-device function for every
-      # iterator.
-      indices, fallback, _ = _inlined(self._draws_on_state, *arguments)
+      return self.traced_draw()(key, first_step)
+    # Traced into the pipeline's map: the body of the one trace of the draw, copied in. A second
+    # trace would cost as much as the first (a fifth to two fifths of a small build); a call of
+    # the function would make tf.data instantiate the map as a multi-device function for every
+    # iterator.
+    thrower = self if self._variables is None else self._snapshot()
+    state, settings = thrower._one_draw_arguments()
+    indices, fallback, _ = _inlined(self._draws_on_state, state, key, first_step, *settings)
     return indices, fallback
 
   def _draws(self, key: tf.Tensor, first_step: tf.Tensor, num_draws: tf.Tensor, radius_scale: tf.Tensor,

@@ -58,7 +58,7 @@ def main(argv):
     tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
     counts = sum(np.bincount(labels[batcher.batch_indices(step)], minlength=classes) for step in range(_BATCHES))
     ratios = counts / counts.sum() / dataset_share
-    print(f"{path}: radius {batcher.stats().radius:.4g}; batch share / dataset share per class "
+    print(f"{path}: radius {batcher.stats().report['radius']:.4g}; batch share / dataset share per class "
           f"{np.round(ratios, 2).tolist()} (min {ratios.min():.2f}, max {ratios.max():.2f})")
 
 

@@ -63,7 +63,7 @@ def measure(batcher, batches):
   start = time.perf_counter()
   for _ in range(1000):
     next(batches)
-  return batcher.stats().radius, fills, 1000 / (time.perf_counter() - start)
+  return batcher.stats().report["radius"], fills, 1000 / (time.perf_counter() - start)
 
 
 def calibration_seconds(batcher, rounds=3):

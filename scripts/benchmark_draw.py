@@ -55,7 +55,7 @@ def _other_dart_throwing(tree):
 def _auto_radius(features, labels, batch_size):
   batcher = tf_repulsive.repulsive_batch(batch_size, tf_repulsive.VanillaPDS(radius="auto"), seed=0, start_step=0)
   tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
-  return batcher.stats().radius
+  return batcher.stats().report["radius"]
 
 
 def _timed_draws(thrower):

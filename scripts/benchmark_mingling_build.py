@@ -78,7 +78,7 @@ def measure(name):
   batches = dataset.apply(batcher)
   next(iter(batches))
   print(f"  build of repulsive_batch(50, AnnealPDS()) and its first batch: {time.perf_counter() - start:.1f} s, "
-        f"agreement {batcher.stats().mingling_agreement:.4f}", flush=True)
+        f"agreement {batcher.stats().report['mingling_agreement']:.4f}", flush=True)
 
 
 def main(argv):

@@ -103,13 +103,13 @@ def main(argv):
           drawer.count_fills, drawer._plan.max_darts, drawer._batch_size, verbose=False), 3)
           if radius == "auto" else None)
       mingling = (_median_seconds(lambda: _mingling.mingling_values(x, y.astype(np.int64), 5), 2)
-                  if batcher.drawer.mingling is not None else None)
+                  if batcher.drawer.groups is not None else None)
       began = time.perf_counter()
       estimated = drawer.inclusion_probabilities(tf.constant([1, 2], tf.int64), verbose=False) is not None
       inclusion = time.perf_counter() - began if estimated else None
       # One batch per iterator: a peek, which the fixed start allows any number of times.
       first = 1000 * _median_seconds(lambda: next(iter(stream)), 5)
-      print(f"| {label} | {k} | {sampler_name}, {radius or 'default'} | {batcher.stats().radius:.4g} | "
+      print(f"| {label} | {k} | {sampler_name}, {radius or 'default'} | {batcher.stats().report['radius']:.4g} | "
             f"{seconds:.2f} | {'' if calibration is None else f'{calibration:.2f}'} | "
             f"{'' if mingling is None else f'{mingling:.1f}'} | "
             f"{'' if inclusion is None else f'{inclusion:.2f}'} | {first:.0f} |", flush=True)

@@ -72,7 +72,7 @@ def main(phase, workdir):
   np.savez(os.path.join(workdir, f"{phase}.npz"), backend=keras.backend.backend(), steps=len(steps),
            weights=_flat(model), oracle_weights=_flat(oracle), last_start=batcher.last_start(),
            mingling=history.history["sampler_mingling"],
-           expected_mingling=[batcher.mingling_mixes(epoch).mean(axis=0) @ np.arange(6) / 5 for epoch in epoch_steps])
+           expected_mingling=[batcher.group_mixes(epoch).mean(axis=0) @ np.arange(6) / 5 for epoch in epoch_steps])
 
 
 def _flat(model):

@@ -42,7 +42,7 @@ def draw_steps(x, y, batch_size, sampler, seed=0, steps=200):
 
 def check_auto_radius(batcher, batches, sampler):
   """Fill rate < 1% over the steps; without a fill, every pair the disks cover is that far apart."""
-  radius = batcher.stats().radius
+  radius = batcher.stats().report["radius"]
   assert radius > 0
   # Per step, not from stats(): those count every batch drawn, also the prefetched ones past `batches`.
   fills = [batcher.fallback_points(step) for step in range(len(batches))]

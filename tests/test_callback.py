@@ -181,7 +181,7 @@ def test_anneal_starts_easy_then_follows_h(digits):
   values = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)
   h = np.bincount(values, minlength=6) / len(values)
   batcher, recorder = _fit(digits, tf_repulsive.AnnealPDS(), epochs=6, log_batches=True)  # steps 0..215
-  mixes = {step: batcher.mingling_mix(step) for step in range(216)}
+  mixes = dict(enumerate(batcher.group_mixes(range(216))))
   mean_index = np.arange(6) / 5
   for step, logs in recorder.batch_logs:
     assert logs["sampler_mingling"] == pytest.approx(mixes[step] @ mean_index)
@@ -259,7 +259,7 @@ def test_epoch_logs_sum_the_record_without_recomputing_draws(digits, monkeypatch
                       callbacks=[tf_repulsive.AnnealingCallback(batcher)])
   assert recomputed == []
   steps = range(4400)
-  mix = batcher.mingling_mixes(steps).mean(axis=0)  # the oldest steps are recomputed here
+  mix = batcher.group_mixes(steps).mean(axis=0)  # the oldest steps are recomputed here
   assert recomputed  # (the record did lose the first steps)
   np.testing.assert_allclose([history.history[f"sampler_mingling_{m}"][0] for m in range(6)], mix, atol=1e-12)
   filled = np.count_nonzero(batcher.fallback_counts(steps))

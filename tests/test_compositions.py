@@ -41,7 +41,7 @@ def test_sample_weights_are_never_the_labels(weights):
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS(), seed=0, start_step=0)
   tf.data.Dataset.from_tensor_slices((x, y, sample_weight)).apply(batcher)
   np.testing.assert_array_equal(batcher.labels, y)
-  np.testing.assert_array_equal(batcher.drawer.mingling.values,
+  np.testing.assert_array_equal(batcher.drawer.groups.of_points,
                                 np.rint(tf_repulsive.mingling_index(x, y, 5) * 5).astype(int))
 
 
@@ -50,7 +50,7 @@ def test_multi_input_features_are_every_input_concatenated():
   constant = np.zeros((len(y), 3), np.float32)  # alone, it would give radius 0 and uniform batches
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), seed=0, start_step=0)
   batches = tf.data.Dataset.from_tensor_slices(((constant, x), y)).apply(batcher)
-  radius = batcher.stats().radius
+  radius = batcher.stats().report["radius"]
   assert radius == pytest.approx(_radius.half_median_distance(np.hstack([constant, x])))
   for (first, second), _ in batches.take(5).as_numpy_iterator():
     assert pairwise_distances(np.hstack([first, second])).min() >= radius
@@ -62,7 +62,7 @@ def test_a_dict_of_inputs_counts_every_key_not_the_first():
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.EasyPDS(), seed=0, start_step=0)
   tf.data.Dataset.from_tensor_slices((inputs, y)).apply(batcher)
   # The string input is not a feature; both numeric ones are (distances ignore their order).
-  assert batcher.stats().radius == pytest.approx(_radius.half_median_distance(x))
+  assert batcher.stats().report["radius"] == pytest.approx(_radius.half_median_distance(x))
   np.testing.assert_array_equal(batcher.labels, y)
 
 
@@ -172,7 +172,7 @@ _ALL_SAMPLERS = {
 
 def _introspection(batcher, steps):
   """What the per-step API says of `steps`: indices, fallback points, pi, recomputed mingling mixes."""
-  mixes = batcher.mingling_mixes(steps)
+  mixes = batcher.group_mixes(steps)
   return {"indices": np.stack([batcher.batch_indices(step) for step in steps]),
           "fallback": np.array([batcher.fallback_points(step) for step in steps]),
           "fallback_counts": batcher.fallback_counts(steps),

@@ -111,7 +111,7 @@ def test_it_trains_with_the_callback_in_fit():
 
 
 def test_the_contract_is_exported():
-  for name in ("Sampler", "SamplingContext", "BatchDrawer", "MinglingValues", "Schedule"):
+  for name in ("Sampler", "SamplingContext", "BatchDrawer", "PointGroups", "Schedule"):
     assert name in tf_repulsive.__all__
   with pytest.raises(TypeError, match="must be a tf_repulsive sampler"):
     tf_repulsive.repulsive_batch(10, object())
@@ -119,15 +119,21 @@ def test_the_contract_is_exported():
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class EvenOdd(tf_repulsive.Sampler):
-  """Even steps take the first k points, odd steps the last k; reports made-up mingling values."""
+  """Even steps take the first k points, odd steps the last k; reports the points' parity as groups."""
+
+  report: dict = dataclasses.field(default_factory=lambda: {"spread": 0.25})
+  groups_name: str = "parity"
+  levels: tuple = (0.0, 1.0)
+  pi_weights: tuple | None = (1.0, 3.0)
 
   def build(self, context):
     num_points, k = context.features.shape[0], context.batch_size
-    values = np.arange(num_points) % 2  # "mingling value" 0 or 1 (K = 1)
+    sampler = self
 
     class Drawer(tf_repulsive.BatchDrawer):
-      radius = 0.25
-      mingling = tf_repulsive.MinglingValues(values=values, neighbors=1, agreement=1.0)
+      report = sampler.report
+      groups = tf_repulsive.PointGroups(name=sampler.groups_name, of_points=np.arange(num_points) % 2,
+                                        levels=np.asarray(sampler.levels))
 
       def draw(self, key, first_step):
         del key
@@ -135,21 +141,45 @@ class EvenOdd(tf_repulsive.Sampler):
         return tf.range(start, start + k)[None], tf.zeros([1], tf.int32)
 
       def pi(self, step):
-        return tf.constant([0.5, 0.5], tf.float64)
+        return None if sampler.pi_weights is None else tf.constant(sampler.pi_weights, tf.float64)
 
     return Drawer()
 
 
-def test_what_a_drawer_reports_reaches_stats_pi_and_logs():
-  batcher = tf_repulsive.repulsive_batch(3, EvenOdd(), seed=0, start_step=0)
-  iterator = iter(tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher))
-  np.testing.assert_array_equal(next(iterator).numpy(), [0.0, 1.0, 2.0])
-  np.testing.assert_array_equal(next(iterator).numpy(), [7.0, 8.0, 9.0])
-  stats = batcher.stats()
-  assert stats.radius == 0.25 and stats.mingling_agreement == 1.0
-  np.testing.assert_allclose(batcher.pi(4), [0.5, 0.5])
-  # Step 0 holds values 0, 1, 0; step 1 (points 7, 8, 9) holds 1, 0, 1.
-  np.testing.assert_allclose(batcher.mingling_mixes([0, 1]), [[2 / 3, 1 / 3], [1 / 3, 2 / 3]])
+def test_what_a_drawer_reports_reaches_stats_pi_mixes_and_logs():
+  batcher = tf_repulsive.repulsive_batch(3, EvenOdd(levels=(0.0, 10.0)), seed=0)
+  stream = tf.data.Dataset.from_tensor_slices((np.arange(10.0)[:, None], np.zeros(10, np.int64))).apply(batcher)
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2)])
+  model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  history = model.fit(stream, epochs=1, steps_per_epoch=4, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  assert batcher.stats().report == {"spread": 0.25}
+  np.testing.assert_allclose(batcher.pi(4), [0.25, 0.75])
+  # Even steps hold points 0, 1, 2 (parities 0, 1, 0); odd steps 7, 8, 9 (1, 0, 1).
+  np.testing.assert_allclose(batcher.group_mixes([0, 1, 2]), [[2 / 3, 1 / 3], [1 / 3, 2 / 3], [2 / 3, 1 / 3]])
+  logs = {key: values[0] for key, values in history.history.items() if key.startswith("sampler")}
+  assert logs == pytest.approx({"sampler_fallback_batches": 0.0, "sampler_parity": 5.0, "sampler_parity_0": 0.5,
+                                "sampler_parity_1": 0.5, "sampler_pi_parity": 7.5, "sampler_pi_0": 0.25,
+                                "sampler_pi_1": 0.75})
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"report": {"spread": "wide"}}, "report must map names"),
+    ({"groups_name": "pi"}, "other than 'pi'"),
+    ({"groups_name": "two words"}, "name for log keys"),
+    ({"levels": (0.0,)}, r"of_points must be \[N\] = \[10\] integers in 0 ... 0"),
+    ({"levels": (0.0, float("nan"))}, "levels must be"),
+])
+def test_a_report_or_groups_off_the_contract_fails_at_build(change, message):
+  batcher = tf_repulsive.repulsive_batch(3, EvenOdd(**change), seed=0, start_step=0)
+  with pytest.raises((TypeError, ValueError), match=message):
+    tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher)
+
+
+def test_pi_must_weigh_the_groups():
+  batcher = tf_repulsive.repulsive_batch(3, EvenOdd(pi_weights=(1.0, 1.0, 1.0)), seed=0, start_step=0)
+  tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher)
+  with pytest.raises(ValueError, match=r"pi\(0\) must be \[G\] = \[2\] non-negative weights"):
+    batcher.pi(0)
 
 
 def test_build_must_return_a_batch_drawer():
@@ -268,4 +298,32 @@ def test_a_drawer_s_own_traced_draw_serves_the_draws_outside_the_pipeline():
   assert [batch.numpy().tolist() for batch in batches.take(2)] == [[0, 1, 2], [0, 1, 2]]
   np.testing.assert_array_equal(batcher.batch_indices(7), [0, 1, 2])
   assert batcher.fallback_points(9) == 0
-  assert sampler.calls == [7, 9]
+  assert sampler.calls == [0, 7, 9]  # the build's check of the first batch, then the two above
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RotatingWindow(tf_repulsive.Sampler):
+  """Step n takes the points n, n + 1, ..., n + k - 1 (mod N); counts the traces of its draw."""
+
+  traces: list = dataclasses.field(default_factory=list)
+
+  def build(self, context):
+    num_points, k, traces = context.features.shape[0], context.batch_size, self.traces
+
+    class Drawer(tf_repulsive.BatchDrawer):
+      def draw(self, key, first_step):
+        del key
+        traces.append(first_step.graph)  # Python runs once per trace
+        return tf.cast((first_step + tf.range(k, dtype=tf.int64)) % num_points, tf.int32)[None], tf.zeros([1], tf.int32)
+
+    return Drawer()
+
+
+def test_a_drawer_without_its_own_trace_is_traced_once_for_the_stream_and_the_draws_outside_it():
+  sampler = RotatingWindow()
+  batcher = tf_repulsive.repulsive_batch(3, sampler, seed=0, start_step=0)
+  batches = tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher)
+  delivered = [batch.numpy().tolist() for batch in batches.take(10)]
+  assert delivered[:3] == [[0, 1, 2], [1, 2, 3], [2, 3, 4]] and delivered[9] == [9, 0, 1]
+  np.testing.assert_array_equal(batcher.batch_indices(12), [2, 3, 4])
+  assert len(sampler.traces) == 1

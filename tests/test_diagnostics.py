@@ -32,7 +32,7 @@ def digit_draws(digits):
     batcher = tf_repulsive.repulsive_batch(_K, sampler, seed=3)
     tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
     draws[name] = diagnostics.draw_batches(batcher, _DRAWS)
-    radius = batcher.stats().radius
+    radius = batcher.stats().report.get("radius")
   return draws, radius
 
 
@@ -398,10 +398,10 @@ def test_radius_sweep_measures_the_calibrated_radius_its_multiples_and_the_defau
   by_label = {report.label: report for report in digit_sweep.reports}
   assert set(by_label) == {"0.5 x auto", "auto", "3 x auto", "default"}
   assert [report.radius for report in digit_sweep.reports] == sorted(report.radius for report in digit_sweep.reports)
-  radius = auto.stats().radius
+  radius = auto.stats().report["radius"]
   assert by_label["auto"].radius == pytest.approx(radius)
   assert by_label["0.5 x auto"].radius == pytest.approx(0.5 * radius)
-  assert by_label["default"].radius == pytest.approx(default.stats().radius)
+  assert by_label["default"].radius == pytest.approx(default.stats().report["radius"])
   assert by_label["auto"].fill_rate == 0.0
   assert by_label["3 x auto"].fill_rate > 0.5
   # The auto row's draws are the auto batcher's: the same class mix and variance.

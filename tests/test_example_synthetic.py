@@ -72,7 +72,7 @@ def test_the_drawn_batch_is_the_pipelines_first(data, pipeline):
 
 def test_vanilla_batches_keep_the_radius_and_uniform_batches_do_not(pipeline):
   batcher, batches = pipeline("vanilla_pds")
-  assert batcher.stats().radius == RADIUS
+  assert batcher.stats().report["radius"] == RADIUS
   for batch in batches:
     assert len(np.unique(batch, axis=0)) == 30
     assert pairwise_distances(batch).min() >= RADIUS

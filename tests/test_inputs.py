@@ -31,7 +31,7 @@ def test_dict_elements_take_the_label_key_not_the_last_sorted_key():
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.EasyPDS(), seed=0, start_step=0)
   batches = dataset.apply(batcher)
   np.testing.assert_array_equal(batcher.labels, y)
-  assert batcher.stats().radius == pytest.approx(_radius.half_median_distance(x))
+  assert batcher.stats().report["radius"] == pytest.approx(_radius.half_median_distance(x))
   batch = next(iter(batches))
   assert set(batch) == {"audio", "label", "speaker_id"}
 
@@ -41,7 +41,7 @@ def test_dict_features_are_the_one_numeric_component_besides_the_label():
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), seed=0, start_step=0)
   batches = tf.data.Dataset.from_tensor_slices({"x": x, "label": y}).apply(batcher)
   # Sorted keys put "label" first: distances on the labels would give this radius instead.
-  radius = batcher.stats().radius
+  radius = batcher.stats().report["radius"]
   assert radius == pytest.approx(_radius.half_median_distance(x))
   assert radius != pytest.approx(_radius.half_median_distance(y[:, None].astype(np.float32)))
   for batch in batches.take(5).as_numpy_iterator():
@@ -55,7 +55,7 @@ def test_ambiguous_dict_features_ask_for_feature_fn_and_list_the_keys():
     dataset.apply(tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS()))
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), feature_fn=lambda e: e["image"])
   dataset.apply(batcher)
-  assert batcher.stats().radius == pytest.approx(_radius.half_median_distance(x))
+  assert batcher.stats().report["radius"] == pytest.approx(_radius.half_median_distance(x))
 
 
 def test_dict_without_a_label_key_asks_for_label_fn():

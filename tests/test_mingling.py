@@ -136,10 +136,10 @@ def test_stats_report_the_agreement_of_mingling_values(digits):
   dataset = tf.data.Dataset.from_tensor_slices((features, labels))
   easy = tf_repulsive.repulsive_batch(20, tf_repulsive.EasyPDS(), seed=0, verbose=False)
   dataset.apply(easy)
-  assert easy.stats().mingling_agreement == 1.0
+  assert easy.stats().report["mingling_agreement"] == 1.0 and "target_gap" not in easy.stats().report
   vanilla = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), seed=0, verbose=False)
   dataset.apply(vanilla)
-  assert vanilla.stats().mingling_agreement is None
+  assert set(vanilla.stats().report) == {"radius"}
 
 
 # The regression analogue: a neighbour counts when its target is farther than a quantile of all gaps.
@@ -233,8 +233,8 @@ def test_dense_pds_on_targets_draws_only_the_values_pi_weights():
       20, tf_repulsive.DensePDS([0, 1, 1, 1, 1, 1], radius=0.0, target_gap_quantile=0.9), seed=0, start_step=0,
       verbose=False)
   stream = iter(dataset.apply(batcher))
-  values = batcher.drawer.mingling.values
-  assert batcher.drawer.mingling.target_gap > 0
+  values = batcher.drawer.groups.of_points
+  assert batcher.stats().report["target_gap"] > 0
   for step in range(5):
     x, y = next(stream)
     indices = batcher.batch_indices(step)

@@ -147,7 +147,7 @@ def test_gradient_variance_draws_in_the_feature_space(digits):
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(radius="auto"), seed=0, start_step=0)
   tf.data.Dataset.from_tensor_slices((features, y)).apply(batcher)
   np.testing.assert_array_equal(result.batches["vanilla"], diagnostics.draw_batches(batcher, 5))
-  assert result.reports["vanilla"].radius == pytest.approx(batcher.stats().radius)
+  assert result.reports["vanilla"].radius == pytest.approx(batcher.stats().report["radius"])
   assert "distances: GradientFeatures(projection_dim=32, seed=0)" in result.table()
   with pytest.raises(TypeError, match="`features` must be None"):
     diagnostics.gradient_variance(model, loss, x, y, {"u": tf_repulsive.Uniform()}, 20, num_batches=3,

@@ -83,12 +83,12 @@ def test_each_step_is_drawn_on_the_features_of_its_refresh_also_behind_a_prefetc
     for step in own_steps:
       np.testing.assert_array_equal(delivered[step], x[expected[step]], err_msg=f"step {step}")
   # The radius and mingling values the last refresh computed are the batcher's.
-  assert batcher.stats().radius == pytest.approx(drawer.radius)
+  assert batcher.stats().report == pytest.approx(drawer.report)
   if sampler.radius == "auto":
     # Every refresh calibrated its radius through the build's one trace.
     assert batcher.drawer._draws_on_state.experimental_get_tracing_count() == 1  # pylint: disable=protected-access
-  if drawer.mingling is not None:
-    np.testing.assert_array_equal(batcher.drawer.mingling.values, drawer.mingling.values)
+  if drawer.groups is not None:
+    np.testing.assert_array_equal(batcher.drawer.groups.of_points, drawer.groups.of_points)
   with pytest.raises(ValueError, match="refresh_features"):
     batcher.batch_indices(0)
 

@@ -56,7 +56,7 @@ def test_batches_hold_distinct_dataset_elements(digits, make_sampler):
 @pytest.mark.parametrize("distance_cache_bytes", [2**29, 0])
 def test_vanilla_batches_keep_the_minimum_distance(digits, distance_cache_bytes):
   batcher, batches = _digits_pipeline(digits, tf_repulsive.VanillaPDS(), distance_cache_bytes=distance_cache_bytes)
-  radius = batcher.stats().radius
+  radius = batcher.stats().report["radius"]
   assert radius > 0
   for x, _, _ in batches.take(40).as_numpy_iterator():
     assert pairwise_distances(x).min() >= radius
@@ -65,7 +65,7 @@ def test_vanilla_batches_keep_the_minimum_distance(digits, distance_cache_bytes)
 
 def test_uniform_batches_do_violate_that_distance(digits):
   # The property above is not vacuous: uniform batches of the same size break it.
-  radius = _digits_pipeline(digits, tf_repulsive.VanillaPDS())[0].stats().radius
+  radius = _digits_pipeline(digits, tf_repulsive.VanillaPDS())[0].stats().report["radius"]
   violations = [pairwise_distances(x).min() < radius
                 for x, _, _ in _digits_batches(digits, tf_repulsive.Uniform(), 20).as_numpy_iterator()]
   assert np.mean(violations) > 0.5
@@ -75,7 +75,7 @@ def test_easy_batches_keep_the_distance_between_easy_points_only(digits):
   features, labels = digits
   easy = tf_repulsive.mingling_index(features, labels, 5) == 0
   batcher, batches = _digits_pipeline(digits, tf_repulsive.EasyPDS())
-  radius = batcher.stats().radius
+  radius = batcher.stats().report["radius"]
   close_pairs_with_a_hard_point = 0
   for x, _, index in batches.take(40).as_numpy_iterator():
     flags = easy[index]
@@ -266,7 +266,7 @@ def test_uniform_inclusion_is_uniform():
     assert stats.chisquare(counts).pvalue > 1e-3
 
 
-def test_mingling_mix_is_recorded_as_drawn_and_recomputed_otherwise(digits):
+def test_group_mixes_are_recorded_as_drawn_and_recomputed_otherwise(digits):
   features, labels = digits
   values = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)
   batcher, batches = _digits_pipeline(digits, tf_repulsive.AnnealPDS())
@@ -274,8 +274,8 @@ def test_mingling_mix_is_recorded_as_drawn_and_recomputed_otherwise(digits):
   expected = np.stack([np.bincount(values[index], minlength=6) / 50 for index in drawn])
   recompute = batcher.batch_indices
   batcher.batch_indices = None  # the drawn steps must be read from the record, not recomputed
-  np.testing.assert_allclose(batcher.mingling_mixes(range(10)), expected)
+  np.testing.assert_allclose(batcher.group_mixes(range(10)), expected)
   batcher.batch_indices = recompute
-  np.testing.assert_allclose(batcher.mingling_mix(5000),
-                             np.bincount(values[batcher.batch_indices(5000)], minlength=6) / 50)
-  assert _digits_pipeline(digits, tf_repulsive.VanillaPDS())[0].mingling_mix(0) is None
+  np.testing.assert_allclose(batcher.group_mixes([5000]),
+                             [np.bincount(values[batcher.batch_indices(5000)], minlength=6) / 50])
+  assert _digits_pipeline(digits, tf_repulsive.VanillaPDS())[0].group_mixes([0]) is None

@@ -25,7 +25,7 @@ def test_auto_radius_fills_the_batch_on_the_sine_boundary_where_the_default_does
     with pytest.warns(RuntimeWarning, match="filled only"):
       default, _ = draw_steps(x, y, 30, type(sampler)(), steps=20)
     assert default.stats().fallback_batches > 10
-    assert batcher.stats().radius < default.stats().radius
+    assert batcher.stats().report["radius"] < default.stats().report["radius"]
 
 
 @pytest.mark.parametrize("sampler", [tf_repulsive.VanillaPDS(radius="auto"), tf_repulsive.AnnealPDS(radius="auto")],
@@ -44,7 +44,7 @@ def test_auto_radius_is_a_property_of_the_data_not_of_the_seed(digits):
   values = set()
   for batcher in radii:
     tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
-    values.add(batcher.stats().radius)
+    values.add(batcher.stats().report["radius"])
   assert len(values) == 1
 
 
@@ -70,7 +70,7 @@ def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_al
   refreshed, own = build(moved, previous=drawer), build(moved)
   assert refreshed._draws_on_state is traced and traced.experimental_get_tracing_count() == 1
   assert own._draws_on_state is not traced
-  assert refreshed.radius == own.radius != drawer.radius
+  assert refreshed.report["radius"] == own.report["radius"] != drawer.report["radius"]
   np.testing.assert_array_equal(refreshed.traced_draw()(key, step)[0], own.traced_draw()(key, step)[0])
   assert traced.experimental_get_tracing_count() == 1
 
@@ -80,7 +80,7 @@ def test_auto_radius_is_as_large_as_the_darts_allow():
   # calibrated radius lies between what fits easily and what cannot fit at all.
   points = np.arange(100, dtype=np.float32)[:, None]
   batcher, batches = draw_steps(points, np.zeros(100, np.int64), 10, tf_repulsive.VanillaPDS(radius="auto"))
-  assert 5.0 <= batcher.stats().radius <= 11.0
+  assert 5.0 <= batcher.stats().report["radius"] <= 11.0
   check_auto_radius(batcher, batches, tf_repulsive.VanillaPDS())
 
 
@@ -89,7 +89,7 @@ def test_no_disk_fits_gives_radius_zero_and_distinct_points():
   points = np.zeros((10, 2), np.float32)
   points[0] = 1.0
   batcher, batches = draw_steps(points, np.arange(10), 3, tf_repulsive.VanillaPDS(radius="auto"), steps=5)
-  assert batcher.stats().radius == 0.0
+  assert batcher.stats().report["radius"] == 0.0
   assert all(len(set(labels.tolist())) == 3 for _, labels in batches)
 
 

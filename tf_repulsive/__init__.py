@@ -13,12 +13,12 @@ from tf_repulsive._callback import AnnealingCallback
 from tf_repulsive._callback import BatchStreamCallback
 from tf_repulsive._contract import BatchDrawer
 from tf_repulsive._contract import ModelFeatures
+from tf_repulsive._contract import PointGroups
 from tf_repulsive._contract import Sampler
 from tf_repulsive._contract import SamplingContext
 from tf_repulsive._epoch_shuffle import EpochShuffle
 from tf_repulsive._kdpp import FastKDPP
 from tf_repulsive._kdpp import KDPP
-from tf_repulsive._mingling import MinglingValues
 from tf_repulsive._mingling import mingling_index
 from tf_repulsive._model_features import EmbeddingFeatures
 from tf_repulsive._model_features import GradientFeatures
@@ -55,6 +55,7 @@ __all__ = (
     "KDPP",
     "ModelFeatures",
     "ModelSpace",
+    "PointGroups",
     "RepulsiveBatcher",
     "Sampler",
     "SamplingContext",
@@ -64,7 +65,6 @@ __all__ = (
     "VanillaPDS",
     "anneal_pi",
     "diagnostics",
-    "MinglingValues",
     "mingling_index",
     "model_features",
     "paper_schedule",

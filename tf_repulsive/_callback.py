@@ -289,7 +289,7 @@ class AnnealingCallback(BatchStreamCallback):
   resumes), and logs, for each epoch, with the batcher's `name` (default "sampler") as prefix:
 
   * `<name>_mingling`: the mean mingling index (0: every neighbour shares the label, 1: none
-    does) of the points of the epoch's batches, for samplers with mingling values;
+    does) of the points of the epoch's batches, for Easy, Dense and Anneal PDS;
   * `<name>_pi_mingling`: the mean mingling index under pi at the epoch's last step (Dense /
     Anneal PDS): where annealing stands;
   * `<name>_fallback_batches`: the epoch's batches whose darts ran out before they were full;
@@ -298,6 +298,9 @@ class AnnealingCallback(BatchStreamCallback):
 
   * ``<name>_pi_<m>``: pi over mingling value m/K at the epoch's last step;
   * ``<name>_mingling_<m>``: the share of the epoch's batch points with mingling value m/K.
+
+  A sampler of your own that reports other point groups (`BatchDrawer.groups`, `PointGroups`)
+  gets the same keys under its groups' name: their mean level instead of the mean mingling index.
 
   The three summaries go into the epoch logs, so the progress bar, `History`, `TensorBoard` and
   any other callback see them. The detail goes to `History` (`fit`'s return value) and to every
@@ -369,7 +372,7 @@ class AnnealingCallback(BatchStreamCallback):
 
   def on_epoch_begin(self, epoch, logs=None):
     super().on_epoch_begin(epoch, logs)
-    # The epoch's record so far: [batches the fill completed, points per mingling value ...], the
+    # The epoch's record so far: [batches the fill completed, points per group ...], the
     # first step not read yet, and the steps whose batches were drawn out of this process's sight.
     self._epoch_record = None
     self._read_to = self._epoch_start
@@ -407,8 +410,8 @@ class AnnealingCallback(BatchStreamCallback):
       warnings.warn(
           f"{self._unseen_steps} of the {end - self._epoch_start} steps of epoch {epoch} trained on batches "
           "drawn out of this process's sight (on tf.data service workers, say): AnnealingCallback logs "
-          f"pi only, not {self._batcher.name}_mingling or {self._batcher.name}_fallback_batches. "
-          "batcher.mingling_mixes(steps) and batcher.fallback_counts(steps) recompute them, a draw per step.",
+          f"pi only, not the batches' group shares or {self._batcher.name}_fallback_batches. "
+          "batcher.group_mixes(steps) and batcher.fallback_counts(steps) recompute them, a draw per step.",
           RuntimeWarning, stacklevel=2)
     summaries, detail = self._summaries(end - 1, None if self._unseen_steps else self._epoch_record)
     if not self._fit_callbacks:
@@ -431,22 +434,23 @@ class AnnealingCallback(BatchStreamCallback):
   def _summaries(self, last_step: int, record: np.ndarray | None) -> tuple[dict[str, float], dict[str, float]]:
     """The summaries and the detail as log keys: pi at `last_step`, and those of `record` if given.
 
-    `record`: the batches the fill completed, then the batch points per mingling value (none
-    without mingling values).
+    `record`: the batches the fill completed, then the batch points per group (none without
+    groups).
     """
     batcher, name = self._batcher, self._batcher.name
+    groups = batcher.drawer.groups
     summaries, detail = {}, {}
     if record is not None:
       summaries[f"{name}_fallback_batches"] = float(record[0])
       points = record[1:]
       if points.sum() > 0:
         mix = points / points.sum()
-        summaries[f"{name}_mingling"] = _mean_mingling_index(mix)
-        detail.update({f"{name}_mingling_{m}": float(share) for m, share in enumerate(mix)})
+        summaries[f"{name}_{groups.name}"] = float(np.dot(mix, groups.levels))
+        detail.update({f"{name}_{groups.name}_{g}": float(share) for g, share in enumerate(mix)})
     pi = batcher.pi(last_step) if last_step >= 0 else None
     if pi is not None:
-      summaries[f"{name}_pi_mingling"] = _mean_mingling_index(pi)
-      detail.update({f"{name}_pi_{m}": float(p) for m, p in enumerate(pi)})
+      summaries[f"{name}_pi_{groups.name}"] = float(np.dot(pi, groups.levels))
+      detail.update({f"{name}_pi_{g}": float(p) for g, p in enumerate(pi)})
     return summaries, detail
 
 
@@ -460,11 +464,6 @@ def workers_of(model: keras.Model) -> int:
 def _summed(rows: np.ndarray) -> np.ndarray:
   """Per-step record rows `[fallback points, counts ...]` as one: the batches the fill completed, the counts."""
   return np.concatenate([[np.count_nonzero(rows[:, 0])], rows[:, 1:].sum(axis=0)])
-
-
-def _mean_mingling_index(shares: np.ndarray) -> float:
-  """The mean of m / K under `shares` over the mingling values m = 0 ... K."""
-  return float(np.dot(shares, np.arange(len(shares))) / max(len(shares) - 1, 1))
 
 
 class ActiveBiasCallback(BatchStreamCallback):

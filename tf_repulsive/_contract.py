@@ -14,12 +14,11 @@ chunk of elements to their feature vectors.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+import types
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
-
-from tf_repulsive import _mingling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +49,27 @@ class SamplingContext:
   previous: BatchDrawer | None = None
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class PointGroups:
+  """Groups of the dataset's points whose share in every batch the pipeline records, for the logs.
+
+  The mingling samplers (Easy, Dense, Anneal PDS) report their mingling values: group m holds the
+  points with mingling index m / K. A drawer of your own may report any grouping (clusters,
+  difficulty bins, ...); `batcher.group_mixes` and `AnnealingCallback`'s logs then show it, and
+  `BatchDrawer.pi` may say how the draws weigh the groups.
+
+  Attributes:
+    name: what the logs call the grouping: `AnnealingCallback` logs `<batcher name>_<name>`, the
+      mean level of the epoch's batch points, and `<batcher name>_<name>_<g>`, the share of group g.
+    of_points: `[N]` int, the group of every point, in 0 ... G - 1.
+    levels: `[G]` float, a number per group that the logs average (for mingling values, m / K).
+  """
+
+  name: str
+  of_points: np.ndarray
+  levels: np.ndarray
+
+
 class BatchDrawer:
   """Base of what a sampler builds: draws the indices of the batches of global steps.
 
@@ -64,19 +84,20 @@ class BatchDrawer:
   per batch is small can vectorise it over steps instead of paying TensorFlow's per-op cost for
   every batch; the pipeline calls it with `first_step` a multiple of `steps_per_draw`.
 
-  A drawer may report what its sampler prepared, for `batcher.stats()`, `batcher.pi` and the
-  callbacks' logs:
+  A drawer may report what its sampler prepared, for `batcher.stats()`, `batcher.group_mixes`,
+  `batcher.pi` and the callbacks' logs; the pipeline passes it on without reading it:
 
   Attributes:
     steps_per_draw: S, the steps one call of `draw` covers (a constant of the drawer).
-    radius: the disk radius in use, for drawers with disks; else None.
-    mingling: the dataset's mingling values, for drawers that have them (the logs then count
-      each batch's mix of them); else None.
+    report: named numbers of the one-time preparation, shown as `batcher.stats().report` (the
+      disk samplers report their `radius`; see `SamplingStats`); empty by default.
+    groups: a grouping of the points whose share in every batch the pipeline records
+      (`PointGroups`); None (the default): none.
   """
 
   steps_per_draw: int = 1
-  radius: float | None = None
-  mingling: _mingling.MinglingValues | None = None
+  report: Mapping[str, float] = types.MappingProxyType({})
+  groups: PointGroups | None = None
 
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """The batches of steps `first_step` ... `first_step + steps_per_draw - 1`.
@@ -103,7 +124,11 @@ class BatchDrawer:
     return None
 
   def pi(self, step: tf.Tensor) -> tf.Tensor | None:
-    """The distribution over mingling values that darts follow at `step`, or None (the default)."""
+    """`[G]` weights of the `groups` that the draws follow at `step`, or None (the default).
+
+    Dense and Anneal PDS draw each dart's mingling value from pi first; `batcher.pi` normalises
+    the weights, and `AnnealingCallback` logs them.
+    """
     del step
     return None
 
@@ -135,7 +160,8 @@ class BatchDrawer:
   def refresh_from(self, other: BatchDrawer) -> None:
     """Makes this drawer (from `refreshable`) draw what `other`, built by the same sampler on new features, draws.
 
-    Called while no draw is running on the old state. Also takes over `radius` and `mingling`.
+    Called while no draw is running on the old state. Also takes over `report` and `groups`
+    (groups of the same name and number).
     """
     raise NotImplementedError
 

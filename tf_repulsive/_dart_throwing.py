@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from tf_repulsive import _arrays
 from tf_repulsive import _progress
+from tf_repulsive import _stream_ops
 from tf_repulsive._contract import BatchDrawer
 
 # Probability over mingling values at global step n (a float64 tensor), given the data's histogram
@@ -245,7 +246,7 @@ class DartThrower(BatchDrawer):
     return live
 
   def refresh_from(self, other: BatchDrawer) -> None:
-    """Makes this refreshable thrower draw what `other` draws: its tensors, radius and mingling values.
+    """Makes this refreshable thrower draw what `other` draws: its tensors, report and groups.
 
     Args:
       other: a thrower of the same sampler built on new features of the same shape.
@@ -270,7 +271,7 @@ class DartThrower(BatchDrawer):
             "feature dimension.")
     for name, value in values.items():
       self._variables[name].assign(value)
-    self.radius, self.mingling = other.radius, other.mingling
+    self.report, self.groups = other.report, other.groups
 
   def _snapshot(self) -> DartThrower:
     """This refreshable thrower with the variables' values read once, for one draw."""
@@ -424,7 +425,7 @@ class DartThrower(BatchDrawer):
     # iterator.
     thrower = self if self._variables is None else self._snapshot()
     state, settings = thrower._one_draw_arguments()
-    indices, fallback, _ = _inlined(self._draws_on_state, state, key, first_step, *settings)
+    indices, fallback, _ = _stream_ops.inlined(self._draws_on_state, state, key, first_step, *settings)
     return indices, fallback
 
   def _draws(self, key: tf.Tensor, first_step: tf.Tensor, num_draws: tf.Tensor, radius_scale: tf.Tensor,
@@ -783,24 +784,3 @@ def _gram_per_step(row_x: tf.Tensor, col_x: tf.Tensor) -> tf.Tensor:
   products much faster than `BatchMatMul` over the step axis ("One matmul per step", BUILD_NOTES.md).
   """
   return tf.stack([tf.matmul(row, col, transpose_b=True) for row, col in zip(tf.unstack(row_x), tf.unstack(col_x))])
-
-
-def _inlined(function: tf.types.experimental.PolymorphicFunction, *arguments: object) -> tuple[tf.Tensor, ...]:
-  """`function(*arguments)` in the graph being built, as the ops of its trace (no call op).
-
-  `function` is a `tf.function` of tensor arguments; its trace for these arguments' shapes is
-  reused if it exists. Its graph is imported with its inputs mapped to `arguments` and to what it
-  captured (eager values captured by this graph), so it runs as if traced here.
-  """
-  concrete = function.get_concrete_function(*arguments)
-  graph = tf.compat.v1.get_default_graph()
-  # The caller's control dependencies (a pipeline's checks before its draw) reach the imported
-  # ops through their inputs: importing under them fails.
-  values = [tf.identity(value if tf.is_symbolic_tensor(value) else graph.capture(value))
-            for value in tf.nest.flatten(arguments) + list(concrete.captured_inputs)]
-  with tf.control_dependencies(None):
-    outputs = tf.graph_util.import_graph_def(
-        concrete.graph.as_graph_def(), input_map={placeholder.name: value for placeholder, value in
-                                                  zip(concrete.inputs, values, strict=True)},
-        return_elements=[output.name for output in concrete.outputs], name="draw")
-  return tf.nest.pack_sequence_as(concrete.structured_outputs, outputs)

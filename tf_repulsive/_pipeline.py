@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import re
 import time
 import warnings
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -38,7 +39,7 @@ _LAST_STEP = 2**62
 _UNSET = -1
 # A `_next_start` that lets one stream deliver the batch of step 0 only (`allow_build_probe`).
 _PROBE = -2
-# Steps whose fallback count and mingling mix are kept (per step, as it is drawn) for the logs.
+# Steps whose fallback count and group counts are kept (per step, as it is drawn) for the logs.
 _RECORDED_STEPS = 4096
 _NO_START_MESSAGE = (
     "repulsive_batch: the batch stream does not know its first step. A batcher built with "
@@ -71,12 +72,14 @@ class SamplingStats:
     fallback_points: points supplied by that fill, over all batches.
     last_step_delivered: the step of the batch the pipeline last handed on (to `fit` or to
       transformations after the batcher); None before the first.
-    radius: the disk radius in use (the estimate when the sampler's is None, the calibrated one
-      for "auto"); None without disks.
-    mingling_agreement: for samplers with mingling values, the share of points whose value
-      equals an exhaustive nearest-neighbour search's: 1.0 when the search was exhaustive (N * N * d
-      up to 2e11), else measured on a fixed subsample of 2000 points (at least 0.99 by
-      construction); None without mingling values.
+    report: what the sampler reported of its preparation (`BatchDrawer.report`), by name. The
+      Poisson disk samplers report `radius`, the disk radius in use (the estimate when the
+      sampler's is None, the calibrated one for "auto"); Easy, Dense and Anneal PDS also
+      `mingling_agreement`, the share of points whose mingling value equals an exhaustive
+      nearest-neighbour search's (1.0 when the search was exhaustive, N * N * d up to 2e11, else
+      measured on a fixed subsample of 2000 points, at least 0.99 by construction), and with
+      regression targets `target_gap`, the gap |y_i - y_j| beyond which a neighbour's target
+      counts as another. Uniform, k-DPP, EpochShuffle and ActiveBias report nothing.
   """
 
   batches: int
@@ -84,8 +87,7 @@ class SamplingStats:
   fallback_batches: int
   fallback_points: int
   last_step_delivered: int | None
-  radius: float | None
-  mingling_agreement: float | None
+  report: dict[str, float]
 
 
 class _Built:
@@ -100,22 +102,22 @@ class _Built:
     self.num_points = data.features.shape[0]
     # The stream `apply` returned (weakly: the stream holds the pipeline, not the other way round).
     self.stream: Callable[[], tf.data.Dataset | None] = lambda: None
-    self.mingling = drawer.mingling
+    groups = drawer.groups
     # On the host, where the draw's single-device function runs (`_stream_ops`).
     with tf.device("CPU:0"):
       # Batches drawn, streams begun, batches that needed the fallback fill, points the fill supplied.
       self.counters = tf.Variable(tf.zeros([4], tf.int64), trainable=False)
       self.last_step_delivered = tf.Variable(_UNSET, dtype=tf.int64, trainable=False)
-      self.num_mingling_values = 0 if self.mingling is None else self.mingling.neighbors + 1
-      if self.mingling is not None:
-        values = self.mingling.values.astype(np.int32)
-        # A refresh recomputes them (`RepulsiveBatcher.refresh_features`).
-        self.mingling_tensor = tf.Variable(values, trainable=False) if refreshing else tf.constant(values)
+      self.num_groups = 0 if groups is None else len(groups.levels)
+      if groups is not None:
+        of_points = groups.of_points.astype(np.int32)
+        # A refresh regroups the points (`RepulsiveBatcher.refresh_features`).
+        self.group_tensor = tf.Variable(of_points, trainable=False) if refreshing else tf.constant(of_points)
       # Ring of the last _RECORDED_STEPS steps drawn: per row the step, the points the fallback
-      # fill supplied, then the batch's count of each mingling value.
+      # fill supplied, then the batch's count of points per group.
       self.step_record = tf.Variable(
           tf.concat([tf.fill([_RECORDED_STEPS, 1], tf.constant(_UNSET, tf.int64)),
-                     tf.zeros([_RECORDED_STEPS, 1 + self.num_mingling_values], tf.int64)], axis=1), trainable=False)
+                     tf.zeros([_RECORDED_STEPS, 1 + self.num_groups], tf.int64)], axis=1), trainable=False)
       # The refresh whose features the drawer holds (model-space batchers).
       self.refresh_version = tf.Variable(_model_space.NO_REFRESH, dtype=tf.int64, trainable=False)
     # Refreshes installed in this process, and the seconds they took.
@@ -176,6 +178,9 @@ class RepulsiveBatcher:
     self._per_replica_slices = False
     # The draw covering a step, for `batch_indices` and `fallback_points` (traced once, at build).
     self._draw_once: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
+    # For a drawer without a trace of its own (`BatchDrawer.traced_draw`): `_draw_once`, whose
+    # trace the stream copies in; else None (the stream calls the drawer's `draw`).
+    self._copied_draw: tf.types.experimental.PolymorphicFunction | None = None
     if start_step is None:
       # Where the next stream starts, and where the last one that began in this process did start
       # (with `stats().streams`, how the callbacks check that each stream began where they said).
@@ -299,7 +304,7 @@ class RepulsiveBatcher:
     refresh_every steps. Nothing to do when they are installed already. Otherwise, at a refresh's
     own step they are computed from the model as it is now (or read back from `directory` when
     they were saved from identical weights); between two refreshes (a resumed run) they are read
-    back from `directory`. The sampler is then built on them (radius, mingling values) and the
+    back from `directory`. The sampler is then built on them (radius, point groups) and the
     stream continues on them. The callbacks call this in `fit`; a custom loop calls it before
     taking the batch of each step.
 
@@ -342,10 +347,8 @@ class RepulsiveBatcher:
     built.build_features = None
     drawer = self._build_drawer(features, built.labels, previous=built.drawer)
     built.drawer.refresh_from(drawer)
-    if built.mingling is not None:
-      assert drawer.mingling is not None  # the same sampler
-      built.mingling = drawer.mingling
-      built.mingling_tensor.assign(drawer.mingling.values.astype(np.int32))
+    if drawer.groups is not None:
+      built.group_tensor.assign(drawer.groups.of_points.astype(np.int32))
     if self.inclusion_weights and not reuse:
       self._install_inclusion_weights(drawer)
     # Last: a draw waiting for this refresh reads the drawer's state once it sees the version.
@@ -408,26 +411,30 @@ class RepulsiveBatcher:
     return int(self._draw_of(step)[1])
 
   def pi(self, step: int) -> np.ndarray | None:
-    """pi over mingling values at `step` for Dense / Anneal PDS, else None."""
+    """The distribution over the drawer's point groups that the draws follow at `step`, or None.
+
+    For Dense and Anneal PDS: pi over the mingling values 0, 1/K, ..., 1 (`BatchDrawer.pi`).
+    """
     step = _check_step(step)
-    pi = self._require_built().drawer.pi(tf.constant(step, tf.int64))
+    drawer = self._require_built().drawer
+    pi = drawer.pi(tf.constant(step, tf.int64))
     if pi is None:
       return None
     pi = np.asarray(pi, dtype=np.float64)
+    groups = len(drawer.groups.levels) if drawer.groups is not None else 0
+    if pi.shape != (groups,) or not np.isfinite(pi).all() or (pi < 0).any() or not pi.sum() > 0:
+      raise ValueError(f"{type(drawer).__name__}.pi({step}) must be [G] = [{groups}] non-negative weights of its "
+                       f"groups (BatchDrawer.groups), not all 0; got {pi!r}.")
     return pi / pi.sum()
 
-  def mingling_mix(self, step: int) -> np.ndarray | None:
-    """Fraction of the batch of `step` per mingling value, for samplers that compute them."""
-    mix = self.mingling_mixes([step])
-    return None if mix is None else mix[0]
+  def group_mixes(self, steps) -> np.ndarray | None:
+    """`[len(steps), G]` the share of each point group in the batches of `steps`, or None without groups.
 
-  def mingling_mixes(self, steps) -> np.ndarray | None:
-    """`[len(steps), K + 1]` fractions per mingling value, or None without mingling values.
-
-    Read from what the pipeline recorded as it drew those steps in this process; steps it did not
-    draw here (or drew more than 4096 steps ago) are recomputed.
+    The groups are the drawer's (`BatchDrawer.groups`): for Easy, Dense and Anneal PDS the
+    mingling values 0, 1/K, ..., 1. Read from what the pipeline recorded as it drew those steps
+    in this process; steps it did not draw here (or drew more than 4096 steps ago) are recomputed.
     """
-    if self._require_built().mingling is None:
+    if self._require_built().drawer.groups is None:
       return None
     counts = self._recorded(steps)[0][:, 1:].astype(np.float64)
     return counts / counts.sum(axis=1, keepdims=True)
@@ -441,7 +448,7 @@ class RepulsiveBatcher:
     return self._recorded(steps)[0][:, 0]
 
   def _recorded(self, steps, recompute_at_most: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per step `[fallback points, mingling-value counts ...]` from the record, and which steps it has.
+    """Per step `[fallback points, points per group ...]` from the record, and which steps it has.
 
     Steps the record lacks are recomputed (a draw each) when there are at most
     `recompute_at_most` of them (None: any number); the second array is True for the steps the
@@ -466,8 +473,9 @@ class RepulsiveBatcher:
           self._check_refresh_of(int(steps[position]))
         indices, fallback = self._draw_of(int(steps[position]))
         rows[position, 1] = fallback
-        if built.mingling is not None:
-          rows[position, 2:] = np.bincount(built.mingling.values[indices], minlength=built.num_mingling_values)
+        groups = built.drawer.groups
+        if groups is not None:
+          rows[position, 2:] = np.bincount(groups.of_points[indices], minlength=built.num_groups)
       found[missing] = True
     return rows[:, 1:], found
 
@@ -479,8 +487,7 @@ class RepulsiveBatcher:
     return SamplingStats(batches=batches, streams=streams, fallback_batches=fallback_batches,
                          fallback_points=fallback_points,
                          last_step_delivered=None if last_step_delivered == _UNSET else last_step_delivered,
-                         radius=built.drawer.radius,
-                         mingling_agreement=None if built.mingling is None else built.mingling.agreement)
+                         report=dict(built.drawer.report))
 
   def start_at(self, step: int) -> None:
     """Makes the next stream of this batcher (a new iterator) start at `step`.
@@ -585,13 +592,14 @@ class RepulsiveBatcher:
       self._built.build_features = (_model_space.weights_fingerprint(space.model), build_features)
     traced_draw = drawer.traced_draw()
     if traced_draw is not None:
-      self._draw_once = functools.partial(traced_draw, self._key)
+      self._draw_once, self._copied_draw = functools.partial(traced_draw, self._key), None
     else:
       # A partial, not a lambda: TensorFlow counts traces per code object, and would call one
       # trace per batcher "retracing" after a few batchers.
-      self._draw_once = tf.function(functools.partial(_checked_draw, drawer, self._key, batch_size=self.batch_size))
-    if drawer.radius is not None:
-      self._warn_if_first_batch_needs_the_fill()
+      self._draw_once = self._copied_draw = tf.function(
+          functools.partial(_checked_draw, drawer, self._key, batch_size=self.batch_size))
+    # Traces the draw (the stream copies that trace in) and checks the fill at step 0.
+    self._warn_if_first_batch_needs_the_fill()
     return self._built
 
   def _install_inclusion_weights(self, drawer: _contract.BatchDrawer) -> None:
@@ -640,6 +648,7 @@ class RepulsiveBatcher:
       raise ValueError(
           f"{type(drawer).__name__}.steps_per_draw = {drawer.steps_per_draw} exceeds the context's "
           f"max_steps_per_draw = {most}.")
+    _check_report(drawer, features.shape[0], previous)
     return drawer
 
   def _draw_of(self, step: int) -> tuple[np.ndarray, int]:
@@ -673,22 +682,27 @@ class RepulsiveBatcher:
           tf.no_op))
     space = self._model_space
     if space is not None:
-      # The draw (and the mingling values recorded with it) reads the refreshed state only once
+      # The draw (and the point groups recorded with it) reads the refreshed state only once
       # its refresh is in: prefetching waits here. A probe (Keras' model build) draws on any.
       refresh = first_step // space.refresh_every
       checks.append(tf.cond(probe, tf.no_op, lambda: _model_space.wait_for_refresh(
           built.refresh_version, refresh, first_step + skip, space.timeout_seconds)))
     with tf.control_dependencies(checks):
-      indices, fallback = _checked_draw(built.drawer, self._key, first_step, self.batch_size)
+      if self._copied_draw is None:
+        indices, fallback = _checked_draw(built.drawer, self._key, first_step, self.batch_size)
+      else:
+        # The ops of the build's trace, not a second trace of the drawer's draw (nor a call op,
+        # which would make tf.data instantiate the map as a multi-device function per iterator).
+        indices, fallback = _stream_ops.inlined(self._copied_draw, first_step)
       indices, fallback = indices[skip:end], tf.cast(fallback[skip:end], tf.int64)
       steps = first_step + tf.range(skip, end, dtype=tf.int64)
       recorded = [built.counters.assign_add(tf.stack([
           tf.cast(tf.size(fallback), tf.int64), tf.cast(tf.equal(offset, 0), tf.int64),
           tf.math.count_nonzero(fallback), tf.reduce_sum(fallback)]))]
       columns = [steps[:, None], fallback[:, None]]
-      if built.mingling is not None:
-        columns.append(tf.math.bincount(tf.gather(built.mingling_tensor, indices), minlength=built.num_mingling_values,
-                                        maxlength=built.num_mingling_values, dtype=tf.int64, axis=-1))
+      if built.num_groups:
+        columns.append(tf.math.bincount(tf.gather(built.group_tensor, indices), minlength=built.num_groups,
+                                        maxlength=built.num_groups, dtype=tf.int64, axis=-1))
       recorded.append(built.step_record.scatter_nd_update((steps % _RECORDED_STEPS)[:, None],
                                                           tf.concat(columns, axis=1)))
     with tf.control_dependencies(recorded):
@@ -786,13 +800,48 @@ class RepulsiveBatcher:
     built = self._require_built()
     fallback = self._draw_of(0)[1]
     if fallback:
+      report = "".join(f", {name} {value:.4g}" for name, value in built.drawer.report.items())
       cause = ("The radius is too large for this batch size on this data" if self.pi(0) is None
                else "The radius is too large for this batch size on the points that pi favours at step 0")
       warnings.warn(
           f"the darts filled only {self.batch_size - fallback} of {self.batch_size} points of the "
-          f"first batch with disks of radius {built.drawer.radius:.4g}; a uniform fill supplied the other "
+          f"first batch ({type(self.sampler).__name__}{report}); a uniform fill supplied the other "
           f"{fallback}. {cause}: pass radius=\"auto\" or a smaller `radius` to the sampler (or raise "
           "`max_darts` if the disks do fit).", RuntimeWarning, stacklevel=5)
+
+
+def _check_report(drawer: _contract.BatchDrawer, num_points: int, previous: _contract.BatchDrawer | None) -> None:
+  """Raises unless the drawer's `report` and `groups` are what `BatchDrawer` says (and, at a refresh, `previous`'s groups' shape)."""
+  name = type(drawer).__name__
+  if not isinstance(drawer.report, Mapping) or not all(
+      isinstance(key, str) and isinstance(value, numbers.Real) and not isinstance(value, bool)
+      for key, value in drawer.report.items()):
+    raise TypeError(f"{name}.report must map names (str) to numbers, e.g. {{'radius': 0.5}}; got {drawer.report!r}.")
+  groups = drawer.groups
+  if groups is None:
+    if previous is not None and previous.groups is not None:
+      raise ValueError(f"the refreshed {name} has no groups, and the one it replaces had; a refresh keeps them.")
+    return
+  if not isinstance(groups, _contract.PointGroups):
+    raise TypeError(f"{name}.groups must be a tf_repulsive.PointGroups or None; got {type(groups).__name__}.")
+  # AnnealingCallback's keys `<batcher>_pi_<g>` and `<batcher>_fallback_batches` are taken.
+  if not isinstance(groups.name, str) or not groups.name.isidentifier() or groups.name in ("pi", "fallback_batches"):
+    raise ValueError(f"{name}.groups.name must be a name for log keys other than 'pi' and 'fallback_batches', "
+                     f"such as 'mingling'; got {groups.name!r}.")
+  levels = np.asarray(groups.levels)
+  if levels.ndim != 1 or not levels.size or not np.issubdtype(levels.dtype, np.number) or not np.isfinite(levels).all():
+    raise ValueError(f"{name}.groups.levels must be a [G] array of finite numbers, G >= 1; got {groups.levels!r}.")
+  of_points = np.asarray(groups.of_points)
+  if (of_points.shape != (num_points,) or not np.issubdtype(of_points.dtype, np.integer)
+      or of_points.min(initial=0) < 0 or of_points.max(initial=0) >= levels.size):
+    raise ValueError(
+        f"{name}.groups.of_points must be [N] = [{num_points}] integers in 0 ... {levels.size - 1} (one group "
+        f"per point, G = len(levels) = {levels.size}); got {of_points.dtype.name} {of_points.shape}.")
+  before = None if previous is None else previous.groups
+  if before is not None and (before.name, len(before.levels)) != (groups.name, levels.size):
+    raise ValueError(
+        f"the refreshed {name}'s groups are {groups.name!r} with {levels.size} groups, and the ones it "
+        f"replaces {before.name!r} with {len(before.levels)}; a refresh keeps them.")
 
 
 def _checked_draw(drawer: _contract.BatchDrawer, key: tf.Tensor, first_step: tf.Tensor,

@@ -14,6 +14,7 @@ from tf_repulsive import _mingling
 from tf_repulsive import _radius
 from tf_repulsive import _schedule
 from tf_repulsive._contract import BatchDrawer
+from tf_repulsive._contract import PointGroups
 from tf_repulsive._contract import Sampler
 from tf_repulsive._contract import SamplingContext
 
@@ -71,8 +72,13 @@ class DiskSampler(Sampler):
       scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.batch_size,
                                          context.verbose)
       thrower = thrower.with_radius_scale(scale)
-    thrower.radius = radius * thrower.radius_scale
-    thrower.mingling = mingling
+    thrower.report = {"radius": radius * thrower.radius_scale}
+    if mingling is not None:
+      thrower.report["mingling_agreement"] = mingling.agreement
+      if mingling.target_gap is not None:
+        thrower.report["target_gap"] = mingling.target_gap
+      thrower.groups = PointGroups(name="mingling", of_points=mingling.values,
+                                   levels=np.arange(mingling.neighbors + 1) / mingling.neighbors)
     return thrower
 
   def _mingling(self, context: SamplingContext) -> _mingling.MinglingValues | None:
@@ -94,7 +100,7 @@ class VanillaPDS(DiskSampler):
   Attributes:
     radius: disk radius in feature space; None: half the median pairwise distance; "auto": the
       largest radius at which the darts fill the batch (see `repulsive_batch`), reported by
-      `batcher.stats().radius`.
+      `batcher.stats().report["radius"]`.
     max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
   """
 

@@ -124,3 +124,24 @@ class _HostFunctionDataset(dataset_ops.UnaryDataset):
   @property
   def element_spec(self):
     return self._structure
+
+
+def inlined(function: tf.types.experimental.PolymorphicFunction, *arguments: object) -> tuple[tf.Tensor, ...]:
+  """`function(*arguments)` in the graph being built, as the ops of its trace (no call op).
+
+  `function` is a `tf.function` of tensor arguments; its trace for these arguments' shapes is
+  reused if it exists. Its graph is imported with its inputs mapped to `arguments` and to what it
+  captured (eager values captured by this graph), so it runs as if traced here.
+  """
+  concrete = function.get_concrete_function(*arguments)
+  graph = tf.compat.v1.get_default_graph()
+  # The caller's control dependencies (a pipeline's checks before its draw) reach the imported
+  # ops through their inputs: importing under them fails.
+  values = [tf.identity(value if tf.is_symbolic_tensor(value) else graph.capture(value))
+            for value in tf.nest.flatten(arguments) + list(concrete.captured_inputs)]
+  with tf.control_dependencies(None):
+    outputs = tf.graph_util.import_graph_def(
+        concrete.graph.as_graph_def(), input_map={placeholder.name: value for placeholder, value in
+                                                  zip(concrete.inputs, values, strict=True)},
+        return_elements=[output.name for output in concrete.outputs], name="draw")
+  return tf.nest.pack_sequence_as(concrete.structured_outputs, outputs)

@@ -780,7 +780,7 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
                                         inclusion_weights=inclusion_weights)
     data.apply(batcher)
     batches[name] = draw_batches(batcher, num_batches, start_step=start_step)
-    radii[name] = batcher.stats().radius
+    radii[name] = batcher.stats().report.get("radius")
     if inclusion_weights:
       weights[name] = batch_weights(batcher, batches[name])
   num_parameters = sum(int(np.prod(v.shape)) for v in _resolve_variables(model, variables))
@@ -925,7 +925,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
     return batcher
 
   calibrated = built("auto")
-  auto = calibrated.stats().radius
+  auto = calibrated.stats().report["radius"]
   radii = {("auto" if scale == 1.0 else f"{scale:g} x auto"): scale * auto for scale in scales}
   if include_default:
     radii["default"] = None
@@ -944,7 +944,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
     if data_mix is not None:
       mix = np.bincount(labels[draws[label].ravel()], minlength=data_mix.size) / draws[label].size
       distance = 0.5 * float(np.abs(mix - data_mix).sum())
-    reports.append(RadiusReport(label=label, radius=batcher.stats().radius, fill_rate=fill_rate,
+    reports.append(RadiusReport(label=label, radius=batcher.stats().report["radius"], fill_rate=fill_rate,
                                 variance=split.reports[label], class_mix=mix, class_mix_distance=distance))
   return RadiusSweepResult(reports=tuple(sorted(reports, key=lambda report: report.radius)),
                            uniform_exact=split.uniform_exact, data_class_mix=data_mix,

@@ -83,7 +83,7 @@ def table_one(config: Config) -> None:
     print(f"{k:>5} {prep:>7.1f} {wall * 1e3:>8.3f} {cpu * 1e3:>7.3f} "
           f"{paper * 1e3 if paper else float('nan'):>9.1f} "
           f"{paper / wall if paper else float('nan'):>8.0f}x "
-          f"{stats.fallback_batches / max(stats.batches, 1):>8.1%} {stats.radius:.4f}")
+          f"{stats.fallback_batches / max(stats.batches, 1):>8.1%} {stats.report['radius']:.4f}")
 
 
 def throughput(config: Config) -> None:
@@ -101,7 +101,7 @@ def throughput(config: Config) -> None:
   print(f"\nPart 2: batches/s on {images.shape[0]} x {images.shape[1]} float32, k = 50")
   print(f"  shuffle(N).batch(50):               {1 / baseline_wall:8.0f} batches/s")
   print(f"  repulsive_batch(50, VanillaPDS()):  {1 / pds_wall:8.0f} batches/s "
-        f"(one-time preprocessing {prep:.1f} s, radius {stats.radius:.3f}, "
+        f"(one-time preprocessing {prep:.1f} s, radius {stats.report['radius']:.3f}, "
         f"fallback batches {stats.fallback_batches}/{stats.batches})")
   print(f"  ratio PDS / shuffle+batch:          {baseline_wall / pds_wall:8.2f}")
 

@@ -296,7 +296,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
       steps=int(np.asarray(model.optimizer.iterations)),
       partition_sizes=sizes,
       mingling_histogram=(histogram / histogram.sum()).tolist(),
-      radius=stats.radius,
+      radius=stats.report.get("radius"),
       fallback_batches=stats.fallback_batches,
       seconds=time.time() - start_time)
   (workdir / "results.json").write_text(

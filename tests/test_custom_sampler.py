@@ -151,7 +151,8 @@ def test_what_a_drawer_reports_reaches_stats_pi_mixes_and_logs():
   stream = tf.data.Dataset.from_tensor_slices((np.arange(10.0)[:, None], np.zeros(10, np.int64))).apply(batcher)
   model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2)])
   model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-  history = model.fit(stream, epochs=1, steps_per_epoch=4, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  history = model.fit(stream, epochs=1, steps_per_epoch=4, verbose=0,
+                      callbacks=[tf_repulsive.AnnealingCallback(batcher)])
   assert batcher.stats().report == {"spread": 0.25}
   np.testing.assert_allclose(batcher.pi(4), [0.25, 0.75])
   # Even steps hold points 0, 1, 2 (parities 0, 1, 0); odd steps 7, 8, 9 (1, 0, 1).

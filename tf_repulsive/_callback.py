@@ -443,12 +443,12 @@ class AnnealingCallback(BatchStreamCallback):
     if record is not None:
       summaries[f"{name}_fallback_batches"] = float(record[0])
       points = record[1:]
-      if points.sum() > 0:
+      if points.sum() > 0 and groups is not None:
         mix = points / points.sum()
         summaries[f"{name}_{groups.name}"] = float(np.dot(mix, groups.levels))
         detail.update({f"{name}_{groups.name}_{g}": float(share) for g, share in enumerate(mix)})
     pi = batcher.pi(last_step) if last_step >= 0 else None
-    if pi is not None:
+    if pi is not None and groups is not None:  # (`batcher.pi` checked that pi weighs the groups)
       summaries[f"{name}_pi_{groups.name}"] = float(np.dot(pi, groups.levels))
       detail.update({f"{name}_pi_{g}": float(p) for g, p in enumerate(pi)})
     return summaries, detail

@@ -78,7 +78,7 @@ class SamplingStats:
       `mingling_agreement`, the share of points whose mingling value equals an exhaustive
       nearest-neighbour search's (1.0 when the search was exhaustive, N * N * d up to 2e11, else
       measured on a fixed subsample of 2000 points, at least 0.99 by construction), and with
-      regression targets `target_gap`, the gap |y_i - y_j| beyond which a neighbour's target
+      regression targets `target_gap`, the gap `|y_i - y_j|` beyond which a neighbour's target
       counts as another. Uniform, k-DPP, EpochShuffle and ActiveBias report nothing.
   """
 
@@ -811,7 +811,7 @@ class RepulsiveBatcher:
 
 
 def _check_report(drawer: _contract.BatchDrawer, num_points: int, previous: _contract.BatchDrawer | None) -> None:
-  """Raises unless the drawer's `report` and `groups` are what `BatchDrawer` says (and, at a refresh, `previous`'s groups' shape)."""
+  """Raises unless the drawer's `report` and `groups` are as `BatchDrawer` says (at a refresh: as `previous`'s)."""
   name = type(drawer).__name__
   if not isinstance(drawer.report, Mapping) or not all(
       isinstance(key, str) and isinstance(value, numbers.Real) and not isinstance(value, bool)

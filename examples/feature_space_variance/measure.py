@@ -104,7 +104,7 @@ def measure(config: Config, workdir: str | pathlib.Path, log: Callable[[str], No
           batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=seed, start_step=step)
           data.apply(batcher)
           draws[key] = diagnostics.draw_batches(batcher, config.num_batches, start_step=step)
-          radii[key] = batcher.stats().report["radius"]
+          radii[key] = batcher.stats().report.get("radius")
           if name in config.weighted:
             weighted = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=seed, start_step=step,
                                                     inclusion_weights=True)

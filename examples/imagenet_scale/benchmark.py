@@ -158,6 +158,6 @@ def benchmark(config: Config, workdir: str | pathlib.Path, log: Callable[[str], 
   baseline_first, baseline_rate = _timed_batches(shuffled, config.measure_batches)
   result = Result(record_bytes=record_bytes, build_seconds=build_seconds, build_peak_bytes=build_peak,
                   first_batch_seconds=first, batches_per_second=rate, baseline_first_batch_seconds=baseline_first,
-                  baseline_batches_per_second=baseline_rate, radius=batcher.stats().report["radius"])
+                  baseline_batches_per_second=baseline_rate, radius=batcher.stats().report.get("radius"))
   log(result.table())
   return result

@@ -8,11 +8,13 @@ Cases (data x sampler x radius at batch size k):
   gauss_k50 / gauss_k512 / gauss_k2048: 50000 x 64 standard Gaussian, VanillaPDS "auto";
   clusters_k512: 50000 x 64 in 10 clusters, AnnealPDS default (the mingling search at that size);
   mnist_like: the 60000 x 784 clusters of benchmark_throughput.py, k = 50, VanillaPDS default.
-Per case: the whole build (`dataset.apply(batcher)`, after one warm-up build in the process), the
-calibration's own draws (rerun on the built drawer, median of 3), the K-nearest-neighbour search
-of the mingling values (median of 2), the estimate of the inclusion probabilities that
-`inclusion_weights=True` adds to the build (samplers with one law for every step; once), and a
-new iterator's first batch (median of 5 new iterators).
+Per case: the whole build (`dataset.apply(batcher)`, after one warm-up build in the process, as
+the first of its configuration: the process keeps no trace of its draw), the build of a second
+batcher on the same data (which draws through the first one's trace), the calibration's own
+draws (rerun on the built drawer, median of 3), the K-nearest-neighbour search of the mingling
+values (median of 2), the estimate of the inclusion probabilities that `inclusion_weights=True`
+adds to the build (samplers with one law for every step; once), and a new iterator's first batch
+(median of 5 new iterators).
 """
 
 import os
@@ -28,6 +30,7 @@ from sklearn import datasets as sk_datasets  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tf_repulsive  # noqa: E402
+from tf_repulsive import _dart_throwing  # noqa: E402
 from tf_repulsive import _mingling  # noqa: E402
 from tf_repulsive import _radius  # noqa: E402
 
@@ -67,9 +70,9 @@ CASES = {
 }
 
 
-def _build(x, y, k, sampler_name, radius):
+def _build(x, y, k, sampler_name, radius, seed=1):
   sampler = getattr(tf_repulsive, sampler_name)(radius=radius)
-  batcher = tf_repulsive.repulsive_batch(k, sampler, seed=1, start_step=0, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(k, sampler, seed=seed, start_step=0, verbose=False)
   start = time.perf_counter()
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
@@ -90,14 +93,16 @@ def main(argv):
   del argv
   x, y = _digits()
   _build(x, y, 50, "VanillaPDS", None)  # warm-up: a process's first build traces more
-  print("| data | k | sampler, radius | radius | build (s) | calibration (s) | mingling search (s) | "
-        "inclusion probabilities (s) | first batch (ms) |")
-  print("|---|---|---|---|---|---|---|---|---|")
+  print("| data | k | sampler, radius | radius | build (s) | build again (s) | calibration (s) | "
+        "mingling search (s) | inclusion probabilities (s) | first batch (ms) |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
   for name in _CASES.value:
     label, make, k, samplers = CASES[name]
     x, y = make()
     for sampler_name, radius in samplers:
+      _dart_throwing._TRACES.clear()  # pylint: disable=protected-access
       seconds, batcher, stream = _build(x, y, k, sampler_name, radius)
+      again = _build(x, y, k, sampler_name, radius, seed=2)[0]
       drawer = batcher.drawer
       calibration = (_median_seconds(lambda: _radius.calibrated_scale(
           drawer.count_fills, drawer._plan.max_darts, drawer._batch_size, verbose=False), 3)
@@ -110,7 +115,7 @@ def main(argv):
       # One batch per iterator: a peek, which the fixed start allows any number of times.
       first = 1000 * _median_seconds(lambda: next(iter(stream)), 5)
       print(f"| {label} | {k} | {sampler_name}, {radius or 'default'} | {batcher.stats().report['radius']:.4g} | "
-            f"{seconds:.2f} | {'' if calibration is None else f'{calibration:.2f}'} | "
+            f"{seconds:.2f} | {again:.2f} | {'' if calibration is None else f'{calibration:.2f}'} | "
             f"{'' if mingling is None else f'{mingling:.1f}'} | "
             f"{'' if inclusion is None else f'{inclusion:.2f}'} | {first:.0f} |", flush=True)
 

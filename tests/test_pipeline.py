@@ -155,18 +155,24 @@ def test_one_sampler_configures_many_pipelines(digits):
 
 
 @pytest.mark.parametrize("sampler", [tf_repulsive.VanillaPDS(), tf_repulsive.VanillaPDS(radius="auto"),
-                                     tf_repulsive.AnnealPDS()], ids=["default radius", "auto radius", "anneal"])
+                                     tf_repulsive.AnnealPDS(), tf_repulsive.KDPP()],
+                         ids=["default radius", "auto radius", "anneal", "k-DPP"])
 def test_a_dropped_pipeline_frees_its_drawer_at_once(digits, sampler):
   # The drawer holds the centred features and the distance cache (up to 512 MiB): in a reference
-  # cycle they would stay until Python's next full garbage collection.
+  # cycle they would stay until Python's next full garbage collection. The traces the process
+  # keeps for later throwers of the same configuration hold none of it, nor the plan's [N] arrays.
   batcher, batches = _digits_pipeline(digits, sampler)
   next(iter(batches))
   batcher.batch_indices(20)
   drawer = weakref.ref(batcher._built.drawer)
+  plan = getattr(batcher._built.drawer, "_plan", None)
+  arrays = () if plan is None else (plan.point_radius, plan.mingling_values)
+  per_point = [weakref.ref(array) for array in arrays if array is not None]
+  del plan, arrays
   gc.disable()
   try:
     del batcher, batches
-    assert drawer() is None
+    assert drawer() is None and all(array() is None for array in per_point)
   finally:
     gc.enable()
 

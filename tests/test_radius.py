@@ -1,10 +1,13 @@
 """radius="auto": the largest radius at which the darts fill the batch, calibrated on the data."""
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_repulsive
+from tf_repulsive import _dart_throwing
 from conftest import check_auto_radius
 from conftest import draw_steps
 
@@ -48,14 +51,16 @@ def test_auto_radius_is_a_property_of_the_data_not_of_the_seed(digits):
   assert len(values) == 1
 
 
-def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_also_across_refreshes(digits):
+def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_also_across_builds(digits, monkeypatch):
   # On small data tracing the draw costs more than all of the calibration's draws: a build that
   # traced it once more for the calibration would spend most of its time calibrating.
   x, y = digits
+  monkeypatch.setattr(_dart_throwing, "_TRACES", collections.OrderedDict())
+  monkeypatch.setattr(_dart_throwing, "_MAX_TRACES", 2)
 
-  def build(features, previous=None):
+  def build(features, batch_size=50):
     return tf_repulsive.VanillaPDS(radius="auto").build(tf_repulsive.SamplingContext(
-        features=features, labels=None, batch_size=50, distance_cache_bytes=0, previous=previous))
+        features=features, labels=None, batch_size=batch_size, distance_cache_bytes=0))
 
   key, step = tf.constant([5, 6], tf.int64), tf.constant(32, tf.int64)
   drawer = build(x)
@@ -64,15 +69,18 @@ def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_al
   indices, fallback = drawer.traced_draw()(key, step)
   assert indices.shape == (drawer.steps_per_draw, 50) and fallback.shape == (drawer.steps_per_draw,)
   assert traced.experimental_get_tracing_count() == 1
-  # A refresh's build on other features of the same shape calibrates and draws through that trace,
-  # and gives what a build of its own gives.
-  moved = np.sqrt(x[::-1] + 1.0)
-  refreshed, own = build(moved, previous=drawer), build(moved)
-  assert refreshed._draws_on_state is traced and traced.experimental_get_tracing_count() == 1
-  assert own._draws_on_state is not traced
-  assert refreshed.report["radius"] == own.report["radius"] != drawer.report["radius"]
-  np.testing.assert_array_equal(refreshed.traced_draw()(key, step)[0], own.traced_draw()(key, step)[0])
+  # A build on other features of the same shape (a refresh's, another batcher's) calibrates and
+  # draws through that trace, and its radius and batches are its own.
+  moved = build(np.sqrt(x[::-1] + 1.0))
+  assert moved._draws_on_state is traced and traced.experimental_get_tracing_count() == 1
+  assert moved.report["radius"] != drawer.report["radius"]
+  assert not np.array_equal(moved.traced_draw()(key, step)[0], drawer.traced_draw()(key, step)[0])
   assert traced.experimental_get_tracing_count() == 1
+  # Another configuration has a trace of its own; the process keeps the _MAX_TRACES used last.
+  other = build(x, batch_size=40)
+  assert other._draws_on_state is not traced
+  build(x[:1000])
+  assert build(x)._draws_on_state is not traced
 
 
 def test_auto_radius_is_as_large_as_the_darts_allow():

@@ -35,9 +35,6 @@ class SamplingContext:
     max_steps_per_draw: the most steps the drawer's `draw` may cover (`steps_per_draw`): 1 when
       the features are refreshed from a model (`ModelSpace`), whose stream draws each step as
       it delivers it.
-    previous: at a `ModelSpace` refresh, the drawer this build replaces (the same sampler,
-      built on the previous refresh's features of the same shape); a build may reuse what it
-      traced instead of tracing again. None otherwise.
   """
 
   features: np.ndarray
@@ -46,7 +43,6 @@ class SamplingContext:
   distance_cache_bytes: int
   verbose: bool = False
   max_steps_per_draw: int = 16
-  previous: BatchDrawer | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

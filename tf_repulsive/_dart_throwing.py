@@ -11,6 +11,7 @@ per batch is O(darts * accepted * d), independent of the dataset size N.
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import functools
@@ -96,6 +97,26 @@ def steps_per_draw(batch_size: int, most: int = 16) -> int:
   return min(2 ** min(4, max(0, (_STEP_ROWS_PER_DRAW // batch_size).bit_length() - 1)), most)
 
 
+# Traced draws by configuration (`_trace_config`), most recently used last: throwers of the same
+# configuration in this process draw with one trace, whichever batcher built them. Bounded, as
+# each holds a traced graph; a function holds no per-dataset tensor (they are its arguments).
+_TRACES: collections.OrderedDict[tuple, Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]]] = (
+    collections.OrderedDict())
+_MAX_TRACES = 32
+
+
+def _traced_draws(template: DartThrower) -> Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
+  """The traced `_draws_with_state` of `template`'s configuration: the one traced before, or a new one."""
+  config = _trace_config(template)
+  function = _TRACES.pop(config, None)
+  if function is None:
+    function = tf.function(functools.partial(DartThrower._draws_with_state, template), autograph=False)
+  _TRACES[config] = function
+  while len(_TRACES) > _MAX_TRACES:
+    _TRACES.popitem(last=False)
+  return function
+
+
 def _trace_config(template: DartThrower) -> tuple:
   """What a trace of `template`'s draws is built from besides the per-dataset tensors.
 
@@ -113,8 +134,7 @@ class DartThrower(BatchDrawer):
   """Draws the indices of mini-batches as a pure function of a stateless key and the steps."""
 
   def __init__(self, features: np.ndarray, plan: DartPlan, batch_size: int,
-               distance_cache_bytes: int = 0, verbose: bool = False, max_steps_per_draw: int = 16,
-               previous: BatchDrawer | None = None):
+               distance_cache_bytes: int = 0, verbose: bool = False, max_steps_per_draw: int = 16):
     """Prepares the per-dataset tensors once.
 
     Args:
@@ -126,8 +146,6 @@ class DartThrower(BatchDrawer):
         instead of O(k^2 d)).
       verbose: show a progress bar if computing that matrix takes more than about 2 s.
       max_steps_per_draw: the most steps one draw covers (`steps_per_draw`).
-      previous: the thrower this one replaces (the same sampler on refreshed features): when
-        its traced draws fit this thrower, they are reused instead of traced again.
     """
     num_points, dim = features.shape
     # The variables of a refreshable thrower (`refreshable`), by attribute name; None: constants.
@@ -195,21 +213,19 @@ class DartThrower(BatchDrawer):
     self._fill_candidates = 2 * batch_size + 64 if num_points > _FILL_BY_SCORES_UP_TO * batch_size else None
     # One trace serves every draw: the radius calibration's, at any radius scale and dart budget,
     # the batcher's (`traced_draw`), at any key, and the pipeline's (`draw` copies it in); the
-    # per-dataset tensors are its arguments, so that the throwers of later refreshes reuse it (a
+    # per-dataset tensors are its arguments, so that every thrower of the same configuration
+    # reuses it (`_traced_draws`: a refresh's, another batcher's on data of the same shape; a
     # trace costs more than all of a calibration's draws). It draws with a template that holds
-    # none of them: a function that referenced the thrower holding it would be a cycle, and keep
-    # the tensors (the distance cache, say) until the next garbage collection.
+    # none of them, nor the plan's per-point arrays: a function that referenced the thrower
+    # holding it would be a cycle, and keep the tensors (the distance cache, say) until the next
+    # garbage collection; a kept function would keep the arrays.
     template = copy.copy(self)
     for name in _STATE:
       setattr(template, name, None)
     template._uniform_radius = None
-    self._trace_config = _trace_config(template)
-    self._draws_on_state: Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
-    if isinstance(previous, DartThrower) and previous._trace_config == self._trace_config:
-      self._draws_on_state = previous._draws_on_state
-    else:
-      self._draws_on_state = tf.function(functools.partial(DartThrower._draws_with_state, template),
-                                         autograph=False)
+    template._plan = dataclasses.replace(
+        plan, point_radius=None if plan.point_radius is None else np.empty(0), mingling_values=None)
+    self._draws_on_state = _traced_draws(template)
     # A refreshable thrower's draw, traced once on its variables (`refreshable`).
     self._traced_variable_draw: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
 

@@ -636,8 +636,7 @@ class RepulsiveBatcher:
     most = 16 if space is None else 1
     drawer = sampler.build(_contract.SamplingContext(
         features=features, labels=labels, batch_size=self.batch_size,
-        distance_cache_bytes=self._distance_cache_bytes, verbose=self._verbose, max_steps_per_draw=most,
-        previous=previous))
+        distance_cache_bytes=self._distance_cache_bytes, verbose=self._verbose, max_steps_per_draw=most))
     if not isinstance(drawer, _contract.BatchDrawer):
       raise TypeError(
           f"{type(sampler).__name__}.build must return a tf_repulsive.BatchDrawer (subclass it); got "

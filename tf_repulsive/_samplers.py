@@ -42,8 +42,7 @@ class Uniform(Sampler):
     plan = _dart_throwing.DartPlan(point_radius=None, pi=None, mingling_values=None, num_mingling_values=0,
                                    max_darts=_dart_budget(None, context.batch_size))
     return _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
-                                      verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw,
-                                      previous=context.previous)
+                                      verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
 
 
 class DiskSampler(Sampler):
@@ -66,8 +65,7 @@ class DiskSampler(Sampler):
     plan = self.plan(batch_size=context.batch_size, radius=radius,
                      mingling_values=None if mingling is None else mingling.values, num_points=num_points)
     thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
-                                         verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw,
-                                         previous=context.previous)
+                                         verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
     if self.radius == _radius.AUTO:
       scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.batch_size,
                                          context.verbose)

@@ -99,10 +99,11 @@ def steps_per_draw(batch_size: int, most: int = 16) -> int:
 
 # Traced draws by configuration (`_trace_config`), most recently used last: throwers of the same
 # configuration in this process draw with one trace, whichever batcher built them. Bounded, as
-# each holds a traced graph; a function holds no per-dataset tensor (they are its arguments).
+# each holds its traced graph (about 8 MiB of Python objects for Anneal PDS); a function holds no
+# per-dataset tensor (they are its arguments).
 _TRACES: collections.OrderedDict[tuple, Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]]] = (
     collections.OrderedDict())
-_MAX_TRACES = 32
+_MAX_TRACES = 8
 
 
 def _traced_draws(template: DartThrower) -> Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:

@@ -328,3 +328,30 @@ def test_a_drawer_without_its_own_trace_is_traced_once_for_the_stream_and_the_dr
   assert delivered[:3] == [[0, 1, 2], [1, 2, 3], [2, 3, 4]] and delivered[9] == [9, 0, 1]
   np.testing.assert_array_equal(batcher.batch_indices(12), [2, 3, 4])
   assert len(sampler.traces) == 1
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FilledFirstPoints(tf_repulsive.Sampler):
+  """The first k points, of which its own fill supplied the last; reports `report`."""
+
+  report: dict = dataclasses.field(default_factory=dict)
+
+  def build(self, context):
+    k, report = context.batch_size, self.report
+
+    class Drawer(tf_repulsive.BatchDrawer):
+      def draw(self, key, first_step):
+        del key, first_step
+        return tf.range(k)[None], tf.ones([1], tf.int32)
+
+    drawer = Drawer()
+    drawer.report = report
+    return drawer
+
+
+@pytest.mark.parametrize("report", [{}, {"radius": 0.5}])
+def test_a_first_batch_the_fill_completed_is_reported_and_only_disks_get_radius_advice(report):
+  batcher = tf_repulsive.repulsive_batch(3, FilledFirstPoints(report), seed=0, start_step=0)
+  with pytest.warns(RuntimeWarning, match=r"filled only 2 of 3 points of the first batch") as caught:
+    tf.data.Dataset.from_tensor_slices(np.arange(10.0)).apply(batcher)
+  assert ("pass radius=" in str(caught[0].message)) == ("radius" in report)

@@ -799,14 +799,17 @@ class RepulsiveBatcher:
     built = self._require_built()
     fallback = self._draw_of(0)[1]
     if fallback:
-      report = "".join(f", {name} {value:.4g}" for name, value in built.drawer.report.items())
-      cause = ("The radius is too large for this batch size on this data" if self.pi(0) is None
-               else "The radius is too large for this batch size on the points that pi favours at step 0")
+      report = built.drawer.report
+      details = "".join(f", {name} {value:.4g}" for name, value in report.items())
+      advice = ""
+      if "radius" in report:  # a disk sampler's: say what to change
+        where = "on this data" if self.pi(0) is None else "on the points that pi favours at step 0"
+        advice = (f" The radius is too large for this batch size {where}: pass radius=\"auto\" or a smaller "
+                  "`radius` to the sampler (or raise `max_darts` if the disks do fit).")
       warnings.warn(
           f"the darts filled only {self.batch_size - fallback} of {self.batch_size} points of the "
-          f"first batch ({type(self.sampler).__name__}{report}); a uniform fill supplied the other "
-          f"{fallback}. {cause}: pass radius=\"auto\" or a smaller `radius` to the sampler (or raise "
-          "`max_darts` if the disks do fit).", RuntimeWarning, stacklevel=5)
+          f"first batch ({type(self.sampler).__name__}{details}); a uniform fill supplied the other "
+          f"{fallback}.{advice}", RuntimeWarning, stacklevel=5)
 
 
 def _check_report(drawer: _contract.BatchDrawer, num_points: int, previous: _contract.BatchDrawer | None) -> None:

@@ -44,9 +44,9 @@ def large_dataset():
                                              np.arange(len(data.target))))
 
 
-def batcher_for(sampler, start_step=0, batch_size=BATCH):
+def batcher_for(sampler, start_step=0, batch_size=BATCH, data_dir=None):
   return tf_repulsive.repulsive_batch(batch_size, sampler, label_fn=lambda x, y, index: y, seed=SEED,
-                                      start_step=start_step)
+                                      start_step=start_step, data_dir=data_dir)
 
 
 def service(output):
@@ -66,6 +66,25 @@ def service(output):
   results["dense_pds_k128-distributed_epoch"] = np.stack(
       [index for _, _, index in dense.apply(svc.distribute("distributed_epoch", dispatcher.target))
        .take(SERVICE_READ).as_numpy_iterator()])
+  # Arrays by reference: the workers map the files the build wrote (this process's directory).
+  data_dir = os.path.join(os.path.dirname(output), "data")
+  by_reference = large_dataset().apply(batcher_for(tf_repulsive.AnnealPDS(), batch_size=LARGE_BATCH,
+                                                   data_dir=data_dir))
+  results["graph_bytes_by_reference"] = np.array(len(by_reference._as_serialized_graph().numpy()))
+  results["anneal_pds_k128_by_reference-distributed_epoch"] = np.stack(
+      [index for _, _, index in by_reference.apply(svc.distribute("distributed_epoch", dispatcher.target))
+       .take(SERVICE_READ).as_numpy_iterator()])
+  # A worker that cannot read a file: the error names it.
+  unseen = batcher_for(tf_repulsive.VanillaPDS(), data_dir=os.path.join(os.path.dirname(output), "unseen"))
+  stream = dataset().apply(unseen)
+  for path in unseen.data_files:
+    os.remove(path)
+  try:
+    next(iter(stream.apply(svc.distribute("distributed_epoch", dispatcher.target))))
+    results["unseen_error"] = np.array("")
+  except tf.errors.NotFoundError as error:
+    results["unseen_error"] = np.array(error.message)
+  results["unseen_files"] = np.array(unseen.data_files)
   # A callback-started stream shipped before its start was set: the workers refuse it.
   unstarted = dataset().apply(batcher_for(tf_repulsive.VanillaPDS(), start_step=None))
   try:

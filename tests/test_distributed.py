@@ -69,6 +69,18 @@ def test_service_workers_draw_what_batch_indices_recomputes_at_k_128(service_res
   assert len(set(split.tolist())) == len(split) == run.SERVICE_READ
 
 
+def test_service_workers_draw_by_reference_from_the_files_the_build_wrote(service_results):
+  batcher = run.batcher_for(tf_repulsive.AnnealPDS(), batch_size=run.LARGE_BATCH)
+  run.large_dataset().apply(batcher)
+  draws = np.stack([batcher.batch_indices(step) for step in range(120)])
+  split = _steps_of(service_results["anneal_pds_k128_by_reference-distributed_epoch"], draws)
+  assert len(set(split.tolist())) == len(split) == run.SERVICE_READ
+  # The digits' elements, feature vectors and distance cache (13 MB) stayed out of the graph.
+  assert service_results["graph_bytes_by_reference"] < 1e6
+  # A worker that cannot read the files fails the stream, naming one.
+  assert any(path in str(service_results["unseen_error"]) for path in service_results["unseen_files"])
+
+
 def test_service_refuses_a_stream_whose_start_it_cannot_know(service_results):
   assert "does not know its first step" in str(service_results["unstarted_error"])
   assert str(service_results["keras_error"]).startswith(

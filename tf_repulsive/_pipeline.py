@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import math
 import numbers
+import os
 import re
 import time
 import warnings
@@ -22,6 +23,7 @@ import tensorflow as tf
 
 from tf_repulsive import _arrays
 from tf_repulsive import _checks
+from tf_repulsive import _data_files
 from tf_repulsive import _dataset_graph
 from tf_repulsive import _model_space
 from tf_repulsive import _reading
@@ -93,11 +95,16 @@ class SamplingStats:
 class _Built:
   """What applying a batcher to a dataset produced: the data, the drawer and its counters."""
 
-  def __init__(self, drawer: _contract.BatchDrawer, data: _reading.Materialized, refreshing: bool):
+  def __init__(self, drawer: _contract.BatchDrawer, data: _reading.Materialized, refreshing: bool,
+               files: _data_files.DataFiles | None):
     self.drawer = drawer
     self.elements = data.elements
     # Created once, outside the dataset functions, so that the functions capture them as inputs.
     self.element_tensors = tf.nest.map_structure(_arrays.to_tensor, data.elements)
+    self.files = files
+    # What the stream's functions read for an eager tensor: its file's contents (`data_dir`), or
+    # the tensor itself, which they capture.
+    self.read: Callable[[tf.Tensor], tf.Tensor] = (lambda value: value) if files is None else files.read
     self.labels = data.labels
     self.num_points = data.features.shape[0]
     # The stream `apply` returned (weakly: the stream holds the pipeline, not the other way round).
@@ -156,12 +163,15 @@ class RepulsiveBatcher:
     name: the prefix of the callbacks' log keys.
     inclusion_weights: whether each batch carries the elements' inverse inclusion probabilities
       as Keras sample weights.
+    data_dir: the directory of the files the stream reads its arrays from, or None (its graph
+      holds them).
   """
 
   def __init__(self, batch_size: int, sampler: _contract.Sampler, *, feature_fn, label_fn, seed: int,
                start_step: int | None, max_elements: int, distance_cache_bytes: int, verbose: bool, name: str,
-               model_space: _model_space.ModelSpace | None, inclusion_weights: bool):
+               model_space: _model_space.ModelSpace | None, inclusion_weights: bool, data_dir: str | None):
     self.batch_size = batch_size
+    self.data_dir = data_dir
     self.inclusion_weights = inclusion_weights
     self.name = name
     self.sampler = sampler
@@ -178,8 +188,9 @@ class RepulsiveBatcher:
     self._per_replica_slices = False
     # The draw covering a step, for `batch_indices` and `fallback_points` (traced once, at build).
     self._draw_once: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
-    # For a drawer without a trace of its own (`BatchDrawer.traced_draw`): `_draw_once`, whose
-    # trace the stream copies in; else None (the stream calls the drawer's `draw`).
+    # The function whose trace the stream copies in: `_draw_once` for a drawer without a trace of
+    # its own (`BatchDrawer.traced_draw`), also for one with it under `data_dir`; else None (the
+    # stream calls the drawer's `draw`).
     self._copied_draw: tf.types.experimental.PolymorphicFunction | None = None
     if start_step is None:
       # Where the next stream starts, and where the last one that began in this process did start
@@ -273,6 +284,12 @@ class RepulsiveBatcher:
   def elements(self) -> Any:
     """The materialised elements, nested numpy arrays with leading dimension N."""
     return self._require_built().elements
+
+  @property
+  def data_files(self) -> list[str]:
+    """The files under `data_dir` the stream reads (what every process that runs it must see); [] without."""
+    files = self._require_built().files
+    return [] if files is None else files.paths
 
   @property
   def labels(self) -> np.ndarray | None:
@@ -558,6 +575,8 @@ class RepulsiveBatcher:
     sampler = self.sampler
     if self.inclusion_weights:
       _check_weighable(dataset.element_spec)
+    if self.data_dir is not None:
+      _check_mappable(dataset.element_spec)
     label_kind = sampler.label_kind
     if label_kind not in ("class", "target"):
       raise ValueError(f"{type(sampler).__name__}.label_kind must be 'class' or 'target'; got {label_kind!r}.")
@@ -583,7 +602,8 @@ class RepulsiveBatcher:
             f"{type(sampler).__name__} cannot take refreshed features (its drawer's refreshable() is None): "
             "with model_space use Uniform, VanillaPDS, EasyPDS, DensePDS or AnnealPDS.")
       drawer = refreshable
-    self._built = _Built(drawer, data, refreshing=space is not None)
+    files = None if self.data_dir is None else _data_files.DataFiles(self.data_dir, self._verbose)
+    self._built = _Built(drawer, data, refreshing=space is not None, files=files)
     if self.inclusion_weights:
       self._install_inclusion_weights(drawer)
     if space is not None:
@@ -591,13 +611,13 @@ class RepulsiveBatcher:
       # 0), it installs these instead of a second inference pass.
       self._built.build_features = (_model_space.weights_fingerprint(space.model), build_features)
     traced_draw = drawer.traced_draw()
-    if traced_draw is not None:
-      self._draw_once, self._copied_draw = functools.partial(traced_draw, self._key), None
-    else:
-      # A partial, not a lambda: TensorFlow counts traces per code object, and would call one
-      # trace per batcher "retracing" after a few batchers.
-      self._draw_once = self._copied_draw = tf.function(
-          functools.partial(_checked_draw, drawer, self._key, batch_size=self.batch_size))
+    # A partial, not a lambda: TensorFlow counts traces per code object, and would call one trace
+    # per batcher "retracing" after a few batchers.
+    copied_draw = tf.function(functools.partial(_checked_draw, drawer, self._key, batch_size=self.batch_size))
+    # With `data_dir` the stream copies a trace in whatever the drawer: the copy is where every
+    # array the draw takes passes through `read`.
+    self._copied_draw = copied_draw if traced_draw is None or files is not None else None
+    self._draw_once = copied_draw if traced_draw is None else functools.partial(traced_draw, self._key)
     # Traces the draw (the stream copies that trace in) and checks the fill at step 0.
     self._warn_if_first_batch_needs_the_fill()
     return self._built
@@ -692,7 +712,7 @@ class RepulsiveBatcher:
       else:
         # The ops of the build's trace, not a second trace of the drawer's draw (nor a call op,
         # which would make tf.data instantiate the map as a multi-device function per iterator).
-        indices, fallback = _stream_ops.inlined(self._copied_draw, first_step)
+        indices, fallback = _stream_ops.inlined(self._copied_draw, first_step, read=built.read)
       indices, fallback = indices[skip:end], tf.cast(fallback[skip:end], tf.int64)
       steps = first_step + tf.range(skip, end, dtype=tf.int64)
       recorded = [built.counters.assign_add(tf.stack([
@@ -700,7 +720,7 @@ class RepulsiveBatcher:
           tf.math.count_nonzero(fallback), tf.reduce_sum(fallback)]))]
       columns = [steps[:, None], fallback[:, None]]
       if built.num_groups:
-        columns.append(tf.math.bincount(tf.gather(built.group_tensor, indices), minlength=built.num_groups,
+        columns.append(tf.math.bincount(tf.gather(built.read(built.group_tensor), indices), minlength=built.num_groups,
                                         maxlength=built.num_groups, dtype=tf.int64, axis=-1))
       recorded.append(built.step_record.scatter_nd_update((steps % _RECORDED_STEPS)[:, None],
                                                           tf.concat(columns, axis=1)))
@@ -711,14 +731,15 @@ class RepulsiveBatcher:
     """`[rows, k]` the elements' inclusion weights, scaled to average 1 over each global batch; None without."""
     if built.inclusion_weights is None:
       return None
-    weights = tf.gather(built.inclusion_weights, indices)
+    weights = tf.gather(built.read(built.inclusion_weights), indices)
     # Keras averages the weighted losses over the batch: with weights that average 1 the step's
     # loss is the ratio estimate sum_b w_i loss_i / sum_b w_i of the dataset's mean loss.
     return weights * (self.batch_size / tf.reduce_sum(weights, axis=-1, keepdims=True))
 
   @staticmethod
   def _gather(built: _Built, indices: tf.Tensor, weights: tf.Tensor | None) -> Any:
-    batch = tf.nest.map_structure(lambda component: tf.gather(component, indices), built.element_tensors)
+    batch = tf.nest.map_structure(lambda component: tf.gather(built.read(component), indices),
+                                  built.element_tensors)
     if weights is None:
       return batch
     if len(batch) == 2:
@@ -883,6 +904,16 @@ def _check_weighable(element_spec: Any) -> None:
       "form before the batcher.")
 
 
+def _check_mappable(element_spec: Any) -> None:
+  """Refuses, before reading, elements that `data_dir` files cannot hold."""
+  for spec in tf.nest.flatten(element_spec):
+    if isinstance(spec, tf.TensorSpec) and spec.dtype == tf.string:
+      raise ValueError(
+          "with `data_dir` the stream reads its elements from memory-mapped files of numbers; this dataset has "
+          "a tf.string component. Map strings to numbers before the batcher (a tf.lookup table, say), or "
+          "build without data_dir.")
+
+
 def _check_step(step: Any) -> int:
   return _checks.integer(step, "step", 0)
 
@@ -907,6 +938,7 @@ def repulsive_batch(
     name: str = "sampler",
     model_space: _model_space.ModelSpace | None = None,
     inclusion_weights: bool = False,
+    data_dir: str | os.PathLike | None = None,
 ) -> RepulsiveBatcher:
   """Draws every mini-batch of a finite dataset from a repulsive point process.
 
@@ -970,6 +1002,16 @@ def repulsive_batch(
       each refresh of `model_space`) from 256 draws of the sampler (`batcher.inclusion_probabilities`).
       Needs `(x, y)` or `(x, y, sample_weight)` elements and a sampler whose law is the same at
       every step: Uniform, VanillaPDS, EasyPDS or DensePDS.
+    data_dir: a directory where the build writes the arrays the stream draws from (the elements,
+      feature vectors, the sampler's tables; each of 64 KiB or more) as files named by the hash
+      of their content; the stream's graph then names the files instead of holding the arrays,
+      and stays a few KB at any N. That is the form to ship to tf.data service, whose graphs
+      cannot exceed 2 GB and whose every process would otherwise hold a copy: each process that
+      runs the stream (every service worker) memory-maps the files when its iterator starts,
+      and must see them at the same absolute path (a shared file system, or a copy of the
+      directory). Files already there from an earlier build of the same arrays are reused.
+      Elements must be numeric; `model_space` refreshes features in this process and takes no
+      data_dir. None (default): the graph holds the arrays.
 
   Returns:
     `RepulsiveBatcher`: `dataset.apply(batcher)` gives the batches; the batcher is the handle
@@ -983,7 +1025,8 @@ def repulsive_batch(
       layer before the batcher: apply augmentation after it), elements whose features or labels
       the defaults cannot tell (tuples of four or more, ambiguous dicts, nested y), non-finite
       features or ones beyond float32, missing labels or a single class for the mingling
-      samplers, neighbors >= N, a batcher applied twice.
+      samplers, neighbors >= N, a batcher applied twice, a `data_dir` that is a URL or cannot
+      be written, string elements or `model_space` with a `data_dir`.
   """
   batch_size = _checks.integer(batch_size, "batch_size", 1)
   max_elements = _checks.integer(max_elements, "max_elements", 1)
@@ -1014,6 +1057,12 @@ def repulsive_batch(
     raise ValueError(
         f"`name` must start with a letter and hold letters, digits and underscores only (it prefixes "
         f"the callbacks' log keys); got {name!r}.")
+  if data_dir is not None:
+    if model_space is not None:
+      raise ValueError(
+          "a model_space batcher refreshes its features in this process, and a stream shipped elsewhere "
+          "(what data_dir is for) could not follow them: pass model_space or data_dir, not both.")
+    data_dir = _data_files.check_directory(data_dir)
   if seed is None:
     # Like TensorFlow's own ops with seed=None: reproducible under tf.random.set_seed (or
     # keras.utils.set_random_seed), random otherwise.
@@ -1021,4 +1070,4 @@ def repulsive_batch(
   return RepulsiveBatcher(batch_size, sampler, feature_fn=feature_fn, label_fn=label_fn, seed=seed,
                           start_step=start_step, max_elements=max_elements,
                           distance_cache_bytes=distance_cache_bytes, verbose=verbose, name=name,
-                          model_space=model_space, inclusion_weights=inclusion_weights)
+                          model_space=model_space, inclusion_weights=inclusion_weights, data_dir=data_dir)

@@ -126,19 +126,28 @@ class _HostFunctionDataset(dataset_ops.UnaryDataset):
     return self._structure
 
 
-def inlined(function: tf.types.experimental.PolymorphicFunction, *arguments: object) -> tuple[tf.Tensor, ...]:
+def inlined(function: tf.types.experimental.PolymorphicFunction, *arguments: object,
+            read: Callable[[tf.Tensor], tf.Tensor] | None = None) -> tuple[tf.Tensor, ...]:
   """`function(*arguments)` in the graph being built, as the ops of its trace (no call op).
 
   `function` is a `tf.function` of tensor arguments; its trace for these arguments' shapes is
   reused if it exists. Its graph is imported with its inputs mapped to `arguments` and to what it
-  captured (eager values captured by this graph), so it runs as if traced here.
+  captured, so it runs as if traced here. Each eager value among them (an argument, a capture)
+  becomes `read(value)` in this graph (default: the value, captured).
   """
   concrete = function.get_concrete_function(*arguments)
   graph = tf.compat.v1.get_default_graph()
+
+  def in_graph(value):
+    if tf.is_symbolic_tensor(value):
+      return value
+    if read is not None:
+      value = read(value)
+    return value if tf.is_symbolic_tensor(value) else graph.capture(value)
+
   # The caller's control dependencies (a pipeline's checks before its draw) reach the imported
   # ops through their inputs: importing under them fails.
-  values = [tf.identity(value if tf.is_symbolic_tensor(value) else graph.capture(value))
-            for value in tf.nest.flatten(arguments) + list(concrete.captured_inputs)]
+  values = [tf.identity(in_graph(value)) for value in tf.nest.flatten(arguments) + list(concrete.captured_inputs)]
   with tf.control_dependencies(None):
     outputs = tf.graph_util.import_graph_def(
         concrete.graph.as_graph_def(), input_map={placeholder.name: value for placeholder, value in

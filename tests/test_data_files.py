@@ -1,0 +1,152 @@
+"""`data_dir`: a stream whose graph names files instead of holding the arrays it draws from.
+
+Under tf.data service (tests/test_distributed.py) the workers run such a stream; here: it draws
+the batches the graph-held stream draws, its graph does not grow with N, its iterator checkpoints
+restore, its files are named by their content, and a process that cannot read one fails naming it.
+"""
+
+import hashlib
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from sklearn import datasets as sk_datasets
+
+import tf_repulsive
+from tf_repulsive import _data_files
+
+BATCH = 50
+STEPS = 24
+
+
+def _digits():
+  data = sk_datasets.load_digits()
+  features = (data.data / 16.0).astype(np.float32)
+  return tf.data.Dataset.from_tensor_slices((features, data.target.astype(np.int64), np.arange(len(features))))
+
+
+def _build(sampler, data_dir, dataset=_digits):
+  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, label_fn=lambda x, y, index: y, seed=11, start_step=0,
+                                         data_dir=data_dir, verbose=False)
+  return batcher, dataset().apply(batcher)
+
+
+def _graph_bytes(stream):
+  return len(stream._as_serialized_graph().numpy())  # what tf.data service ships
+
+
+def _indices(stream, count=STEPS):
+  iterator = iter(stream)
+  return np.stack([next(iterator)[2].numpy() for _ in range(count)])
+
+
+@pytest.mark.parametrize("sampler", [
+    tf_repulsive.VanillaPDS(radius="auto"), tf_repulsive.AnnealPDS(), tf_repulsive.KDPP(),
+    tf_repulsive.EpochShuffle()], ids=lambda sampler: type(sampler).__name__)
+def test_a_stream_by_reference_draws_the_batches_of_the_stream_that_holds_the_arrays(tmp_path, sampler):
+  held_batcher, held = _build(sampler, None)
+  batcher, by_reference = _build(sampler, tmp_path)
+  received = _indices(by_reference)
+  np.testing.assert_array_equal(received, _indices(held))
+  np.testing.assert_array_equal(received, np.stack([batcher.batch_indices(step) for step in range(STEPS)]))
+  # The elements' features (and the drawer's arrays: feature vectors, the distance cache) are files now.
+  features_bytes = batcher.elements[0].nbytes
+  assert _graph_bytes(by_reference) < 1e6 and _graph_bytes(held) - _graph_bytes(by_reference) > 0.9 * features_bytes
+  assert batcher.data_files and held_batcher.data_files == []
+  assert all(os.path.dirname(path) == str(tmp_path) and os.path.getsize(path) >= _data_files.IN_GRAPH_BYTES
+             for path in batcher.data_files)
+
+
+def _gaussian(num_points):
+  rng = np.random.default_rng(num_points)
+  features = rng.standard_normal((num_points, 64)).astype(np.float32)
+  labels = rng.integers(0, 10, num_points)
+  return lambda: tf.data.Dataset.from_tensor_slices((features, labels, np.arange(num_points)))
+
+
+def test_the_graph_by_reference_does_not_grow_with_n(tmp_path):
+  sizes = {}
+  for num_points in (20_000, 50_000):
+    _, stream = _build(tf_repulsive.VanillaPDS(radius=1.0), tmp_path, _gaussian(num_points))
+    sizes[num_points] = _graph_bytes(stream)
+  # The sizes differ only in how many digits the shapes take.
+  assert sizes[50_000] < 1e6 and abs(sizes[50_000] - sizes[20_000]) < 256, sizes
+  _, held = _build(tf_repulsive.VanillaPDS(radius=1.0), None, _gaussian(50_000))
+  assert _graph_bytes(held) > 50_000 * 64 * 4 * 2  # the elements and the feature vectors
+
+
+def test_an_iterator_checkpoint_by_reference_holds_no_array_and_restores(tmp_path):
+  batcher, stream = _build(tf_repulsive.AnnealPDS(), tmp_path / "data")
+  iterator = iter(stream)
+  for _ in range(5):
+    next(iterator)
+  checkpoint = tf.train.Checkpoint(iterator=iterator)
+  path = checkpoint.write(str(tmp_path / "checkpoint" / "ckpt"))
+  saved = sum(os.path.getsize(tmp_path / "checkpoint" / name) for name in os.listdir(tmp_path / "checkpoint"))
+  # (What it holds is the stream's position and the prefetched batches.)
+  assert saved < sum(os.path.getsize(path) for path in batcher.data_files) / 4
+  # A new pipeline of the same batcher settings (the files are found, not written again).
+  _, rebuilt = _build(tf_repulsive.AnnealPDS(), tmp_path / "data")
+  restored = iter(rebuilt)
+  tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
+  np.testing.assert_array_equal(np.stack([next(restored)[2].numpy() for _ in range(7)]),
+                                np.stack([batcher.batch_indices(step) for step in range(5, 12)]))
+
+
+def test_files_are_named_by_their_content_and_found_again(tmp_path):
+  batcher, _ = _build(tf_repulsive.VanillaPDS(), tmp_path)
+  written = {path: os.stat(path).st_mtime_ns for path in batcher.data_files}
+  again, _ = _build(tf_repulsive.VanillaPDS(), tmp_path)
+  assert {path: os.stat(path).st_mtime_ns for path in again.data_files} == written
+  doubled = lambda: _digits().map(lambda x, y, index: (2.0 * x, y, index))  # noqa: E731
+  other, _ = _build(tf_repulsive.VanillaPDS(), tmp_path, doubled)
+  # New elements, a new file; the centred features, scaled to norms <= 1 by a power of two, are
+  # the same array, and the same file.
+  assert set(other.data_files) - set(written) and set(other.data_files) & set(written)
+  assert not [name for name in os.listdir(tmp_path) if name.endswith(".partial")]
+
+
+def test_a_file_names_the_hash_of_its_dtype_shape_and_bytes(tmp_path):
+  files = _data_files.DataFiles(str(tmp_path), verbose=False)
+  array = np.arange(2**15, dtype=np.int32).reshape(2**10, 32)
+  tensor = tf.constant(array)
+
+  @tf.function
+  def read():
+    return files.read(tensor)
+
+  np.testing.assert_array_equal(read().numpy(), array)
+  expected = hashlib.sha256(f"{array.dtype.str} {array.shape}\n".encode() + array.tobytes()).hexdigest()[:32]
+  assert [os.path.basename(path) for path in files.paths] == [expected + ".tf_repulsive"]
+  # Small arrays stay in the graph.
+  assert files.read(tf.constant(array[:4])) is not None and len(files.paths) == 1
+
+
+def test_a_process_that_cannot_read_a_file_fails_naming_it(tmp_path):
+  batcher, stream = _build(tf_repulsive.VanillaPDS(), tmp_path)
+  elements = max(batcher.data_files, key=os.path.getsize)
+  os.rename(elements, elements + ".moved")
+  with pytest.raises(tf.errors.NotFoundError, match=os.path.basename(elements)):
+    next(iter(stream))
+  # A partial copy: the op checks the length.
+  with open(elements + ".moved", "rb") as source, open(elements, "wb") as partial:
+    partial.write(source.read(1000))
+  with pytest.raises(tf.errors.InternalError, match="wrong length"):
+    next(iter(stream))
+
+
+def test_data_dir_refuses_what_it_cannot_map(tmp_path):
+  with pytest.raises(ValueError, match="is a URL"):
+    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir="gs://bucket/data")
+  with pytest.raises(TypeError, match="data_dir"):
+    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir=3)
+  model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+  with pytest.raises(ValueError, match="model_space or data_dir, not both"):
+    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir=tmp_path,
+                                 model_space=tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), 10))
+  words = tf.data.Dataset.from_tensor_slices((np.zeros((20, 2), np.float32), np.array(["a"] * 20)))
+  with pytest.raises(ValueError, match="tf.string component"):
+    words.apply(tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir=tmp_path, start_step=0))
+  relative = tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir=os.path.relpath(tmp_path))
+  assert relative.data_dir == str(tmp_path)

@@ -1,0 +1,132 @@
+"""Arrays a batch stream reads from files instead of holding them in its graph (`data_dir`).
+
+A stream's graph holds every tensor its functions capture: the elements, the feature vectors,
+the sampler's tables. tf.data service ships that graph to its dispatcher and workers, and cannot
+serialise one past 2 GB. With a `data_dir`, each large array is written once to a file named by
+the hash of its content, and the stream's graph holds an `ImmutableConst` op in its place: the
+file's path, dtype and shape. The process that runs the stream memory-maps the file when it
+instantiates the stream's function (a new iterator), so the graph stays a few KB at any N, every
+process holds the data once (the page cache shares it between processes on one machine), and
+iterator checkpoints hold no array (the op is not state).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+from tf_repulsive import _progress
+
+# Arrays smaller than this stay in the graph (the key, a schedule's values): a file each would
+# cost more than it saves.
+IN_GRAPH_BYTES = 2**16
+_CHUNK_BYTES = 2**26
+_SUFFIX = ".tf_repulsive"
+
+
+def check_directory(data_dir: object) -> str:
+  """`data_dir` as an absolute path, created if missing; raises for what the stream could not map.
+
+  Raises:
+    TypeError: if `data_dir` is not a path.
+    ValueError: for a URL (memory maps need a mounted file system) or a directory that cannot
+      be created or written.
+  """
+  if not isinstance(data_dir, (str, os.PathLike)):
+    raise TypeError(f"`data_dir` must be a directory path (str or os.PathLike) or None; got {data_dir!r}.")
+  path = os.fspath(data_dir)
+  if not isinstance(path, str) or not path:
+    raise TypeError(f"`data_dir` must be a non-empty directory path; got {data_dir!r}.")
+  if "://" in path:
+    raise ValueError(
+        f"`data_dir` = {path!r} is a URL; the stream memory-maps its files, which needs a directory on a "
+        "mounted file system (a local disk, NFS, a shared volume) at the same path in every process that "
+        "runs the stream.")
+  path = os.path.abspath(path)
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as error:
+    raise ValueError(f"`data_dir` = {path!r} cannot be created: {error}.") from error
+  if not os.access(path, os.W_OK):
+    raise ValueError(f"`data_dir` = {path!r} is not writable by this process, which writes the stream's arrays there.")
+  return path
+
+
+def _host_view(value: tf.Tensor) -> np.ndarray:
+  """The eager tensor's values as numpy: a view of its buffer (`numpy()` would copy it), else a copy."""
+  try:
+    return np.from_dlpack(value)
+  except (BufferError, TypeError, ValueError, RuntimeError):  # dtypes DLPack cannot describe (bfloat16, say)
+    return value.numpy()
+
+
+class DataFiles:
+  """The large arrays of one batch stream, as files under a directory.
+
+  `read(value)` inside a dataset function being traced gives what the function should read in
+  place of the eager tensor `value`: an `ImmutableConst` over its file when the array is large
+  and numeric (written on first use), else `value` itself.
+  """
+
+  def __init__(self, directory: str, verbose: bool):
+    self.directory = directory
+    self._verbose = verbose
+    # Per array (by identity): its file. The reference keeps the tensor, so its id stays its own.
+    self._files: dict[object, str] = {}
+    # Per graph, the op already reading each file: one memory map per function.
+    self._reads: weakref.WeakKeyDictionary[tf.Graph, dict[str, tf.Tensor]] = weakref.WeakKeyDictionary()
+
+  @property
+  def paths(self) -> list[str]:
+    """The files written (or found already written) so far."""
+    return sorted(set(self._files.values()))
+
+  # Called while tf.data traces a stream function: plain Python (file writes), not for AutoGraph.
+  @tf.autograph.experimental.do_not_convert
+  def read(self, value: tf.Tensor) -> tf.Tensor:
+    if not isinstance(value, tf.Tensor) or tf.is_symbolic_tensor(value) or value.dtype in (
+        tf.string, tf.resource, tf.variant) or value.shape.num_elements() * value.dtype.size < IN_GRAPH_BYTES:
+      return value
+    key = value.ref()
+    path = self._files.get(key)
+    if path is None:
+      path = self._files[key] = self._write(_host_view(value))
+    graph = tf.compat.v1.get_default_graph()
+    reads = self._reads.setdefault(graph, {})
+    if path not in reads:
+      # Outside any control dependency of the caller: one op serves every use in the function.
+      with tf.control_dependencies(None):
+        reads[path] = tf.raw_ops.ImmutableConst(dtype=value.dtype, shape=value.shape, memory_region_name=path)
+    return reads[path]
+
+  def _write(self, array: np.ndarray) -> str:
+    """Writes `array`'s bytes to `<sha256 of dtype, shape and bytes>.tf_repulsive` unless present."""
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    digest = hashlib.sha256(f"{array.dtype.str} {array.shape}\n".encode())
+    with _progress.bar("data files (hashing)", flat.size, self._verbose) as progress:
+      for start in range(0, flat.size, _CHUNK_BYTES):
+        digest.update(memoryview(flat[start:start + _CHUNK_BYTES]))
+        progress.update(min(_CHUNK_BYTES, flat.size - start))
+    path = os.path.join(self.directory, digest.hexdigest()[:32] + _SUFFIX)
+    if os.path.isfile(path) and os.path.getsize(path) == flat.size:
+      return path  # written by an earlier build of the same data
+    # Renamed into place when complete: a process that finds the name finds all of the file.
+    descriptor, temporary = tempfile.mkstemp(dir=self.directory, suffix=".partial")
+    try:
+      with os.fdopen(descriptor, "wb") as file, _progress.bar("data files (writing)", flat.size,
+                                                            self._verbose) as progress:
+        for start in range(0, flat.size, _CHUNK_BYTES):
+          file.write(memoryview(flat[start:start + _CHUNK_BYTES]))
+          progress.update(min(_CHUNK_BYTES, flat.size - start))
+      os.chmod(temporary, 0o644)
+      os.replace(temporary, path)
+    except BaseException:
+      if os.path.exists(temporary):
+        os.remove(temporary)
+      raise
+    return path

@@ -417,15 +417,18 @@ def test_auto_radius_fills_the_batches_of_mfccs(tiny_dataset, sampler):
 def test_runs_at_other_radii_count_as_their_own_sampler(example_main, tmp_path, capsys):
   runs = [("uniform_seed1", "uniform", None, "input", 1), ("vanilla_pds_seed1", "vanilla_pds", None, "input", 1),
           ("r51_seed1", "vanilla_pds", 51.0, "input", 1), ("r51_seed2", "vanilla_pds", 51.0, "input", 2),
-          ("gradient_seed1", "vanilla_pds", "auto", "gradient", 1)]
+          ("gradient_seed1", "vanilla_pds", "auto", "gradient", 1),
+          ("gradient_r100_seed1", "vanilla_pds", "auto", "gradient", 1)]
   for name, sampler, radius, space, seed in runs:
     (tmp_path / name).mkdir()
-    result = {**_fake_run(0.5, [0.1, 0.2]),
-              "config": {"sampler": sampler, "radius": radius, "space": space, "seed": seed}}
+    result = {**_fake_run(0.5, [0.1, 0.2]), "config": {
+        "sampler": sampler, "radius": radius, "space": space, "seed": seed,
+        "refresh_every": 100 if "r100" in name else 50}}
     (tmp_path / name / "results.json").write_text(json.dumps(result))
   runs = summary.load_runs(tmp_path)
   assert {name: sorted(seeds) for name, seeds in runs.items()} == {
-      "uniform": [1], "vanilla_pds": [1], "vanilla_pds@51.0": [1, 2], "vanilla_pds@auto@gradient": [1]}
+      "uniform": [1], "vanilla_pds": [1], "vanilla_pds@51.0": [1, 2], "vanilla_pds@auto@gradient@R50": [1],
+      "vanilla_pds@auto@gradient@R100": [1]}
   program = example_main("examples.speech_commands.summarize", f"--runs_dir={tmp_path}")
   program.main(["summarize"])
   table = (tmp_path / "summary.md").read_text()

@@ -49,6 +49,12 @@ _ONE_PRODUCT_FROM_K_OVER_D = 3
 _STEP_ROWS_PER_DRAW = 2048
 # Rows centred per numpy step: float64 work in blocks keeps the peak at one float32 copy.
 _CENTER_ROW_BLOCK = 16384
+# Norms of the largest feature vector at which the features serve uncentred and unscaled: their
+# squares and Gram products stay far from float32's underflow and overflow.
+_RAW_NORMS = (2.0**-20, 2.0**20)
+# The squared distance of the features' mean from the origin, over their mean squared distance
+# from the mean, up to which the features serve uncentred.
+_RAW_OFFSET_SQ = 4.0
 # The fallback fill draws candidates when N > this * k, and scores every point (O(N) = O(k)) below.
 _FILL_BY_SCORES_UP_TO = 8
 # Steps whose draws estimate the inclusion probabilities (`DartThrower.inclusion_probabilities`).
@@ -157,21 +163,37 @@ class DartThrower(BatchDrawer):
     # Every disk radius is multiplied by this (see `with_radius_scale`).
     self.radius_scale = 1.0
     self.steps_per_draw = steps_per_draw(batch_size, max_steps_per_draw)
-    # Centering leaves distances unchanged and keeps Gram-based distances accurate in float32.
-    mean = np.add.reduce(features, axis=0, dtype=np.float64) / max(num_points, 1)
     blocks = [slice(start, start + _CENTER_ROW_BLOCK) for start in range(0, num_points, _CENTER_ROW_BLOCK)]
+    mean = np.add.reduce(features, axis=0, dtype=np.float64) / max(num_points, 1)
     sq_norms = np.empty(num_points, np.float64)
     for rows in blocks:
-      centered_rows = features[rows].astype(np.float64) - mean
-      sq_norms[rows] = np.einsum("ij,ij->i", centered_rows, centered_rows)
-    # Scaling by a power of two (exact) to norms <= 1 keeps squared norms finite in float32 (from
-    # |x| ~ 1e19 they overflow, and NaN distances would let a point be drawn twice); radii follow.
+      rows_64 = features[rows].astype(np.float64)
+      sq_norms[rows] = np.einsum("ij,ij->i", rows_64, rows_64)
+    # The Gram-based distances below err by up to about d * eps * (|x|^2 + |y|^2) in float32
+    # (the disk test treats pairs within that of the radius as too close). With the mean at most
+    # twice as far from the origin as the points' root-mean-square spread about it, that band is
+    # at most 5x what it is about the mean, and with norms far from float32's limits the features
+    # serve as they are (no copy: the default features are the elements' own array). Otherwise
+    # centring keeps the error relative to the spread (an offset of 1000 on a spread of 1 would
+    # swamp the distances), and scaling by a power of two (exact) to norms <= 1 keeps the squared
+    # norms finite (from |x| ~ 1e19 they overflow, and NaN distances would let a point be drawn
+    # twice); radii follow.
+    spread_sq = max(float(np.mean(sq_norms)) - float(mean @ mean), 0.0) if num_points else 0.0
     max_norm = float(np.sqrt(np.max(sq_norms, initial=0.0)))
-    scale = 2.0 ** -math.ceil(math.log2(max_norm)) if max_norm > 0 else 1.0
-    centered = _arrays.empty((num_points, dim), np.float32)
-    for rows in blocks:
-      centered[rows] = (features[rows].astype(np.float64) - mean) * scale
-    self._features = _arrays.to_tensor(centered)
+    if (features.dtype == np.float32 and float(mean @ mean) <= _RAW_OFFSET_SQ * spread_sq
+        and _RAW_NORMS[0] <= max_norm <= _RAW_NORMS[1]):
+      scale = 1.0
+      self._features = _arrays.to_tensor(features)
+    else:
+      for rows in blocks:
+        centered_rows = features[rows].astype(np.float64) - mean
+        sq_norms[rows] = np.einsum("ij,ij->i", centered_rows, centered_rows)
+      max_norm = float(np.sqrt(np.max(sq_norms, initial=0.0)))
+      scale = 2.0 ** -math.ceil(math.log2(max_norm)) if max_norm > 0 else 1.0
+      centered = _arrays.empty((num_points, dim), np.float32)
+      for rows in blocks:
+        centered[rows] = (features[rows].astype(np.float64) - mean) * scale
+      self._features = _arrays.to_tensor(centered)
     # Squared distances are |x|^2 + |y|^2 - 2 x.y, or one float32 dot product of length d + 2,
     # [x, |x|^2, 1] . [-2 y, 1, |y|^2] (`_as_rows`, `_as_columns`). A rigorous bound on the rounding
     # error of either, with the norms rounded to float32, is tolerance * (|x|^2 + |y|^2).

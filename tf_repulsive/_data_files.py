@@ -102,12 +102,14 @@ class DataFiles:
       # Outside any control dependency of the caller: one op serves every use in the function.
       with tf.control_dependencies(None):
         reads[path] = tf.raw_ops.ImmutableConst(dtype=value.dtype, shape=value.shape, memory_region_name=path)
-    return reads[path]
+    # One file may hold arrays of two shapes (images [N, h, w] and their feature vectors [N, h·w]).
+    read = reads[path]
+    return read if read.shape == value.shape else tf.reshape(read, value.shape)
 
   def _write(self, array: np.ndarray) -> str:
-    """Writes `array`'s bytes to `<sha256 of dtype, shape and bytes>.tf_repulsive` unless present."""
+    """Writes `array`'s bytes to `<sha256 of dtype and bytes>.tf_repulsive` unless present."""
     flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    digest = hashlib.sha256(f"{array.dtype.str} {array.shape}\n".encode())
+    digest = hashlib.sha256(f"{array.dtype.str}\n".encode())
     with _progress.bar("data files (hashing)", flat.size, self._verbose) as progress:
       for start in range(0, flat.size, _CHUNK_BYTES):
         digest.update(memoryview(flat[start:start + _CHUNK_BYTES]))

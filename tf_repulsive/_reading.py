@@ -59,16 +59,25 @@ def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bo
   conventions = _conventions(dataset.element_spec, feature_fn, label_fn, needs_labels)
   is_tuple = isinstance(dataset.element_spec, tuple)
 
+  # The flattened element component whose values are the feature vectors (one float32 input the
+  # conventions select as it is), found while `select` is traced: then the features are a view of
+  # that component's array, not a second copy of it.
+  features_component: list[int] = []
+
   def select(*components):
     element = components if is_tuple else components[0]
     features = _call_like_map(conventions.feature_fn, element)
     if conventions.default_features:
       features = tuple(tensor for tensor in tf.nest.flatten(features) if _is_numeric(tensor.dtype))
+      if len(features) == 1 and features[0].dtype == tf.float32:
+        features_component[:] = [index for index, tensor in enumerate(tf.nest.flatten(element))
+                                 if tensor is features[0]]
     if not needs_labels:
       return element, features
     return element, features, _call_like_map(conventions.label_fn, element)
 
   selected = dataset.map(select)
+  shared = bool(features_component)
   _check_selected(selected.element_spec, conventions, needs_labels, label_kind)
   for difference in (_dataset_graph.run_to_run_difference(selected), _dataset_graph.per_element_randomness(selected)):
     if difference is not None:  # also in `feature_fn` and `label_fn`
@@ -78,7 +87,8 @@ def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bo
       raise ValueError(f"the input dataset has {difference}. {fix}")
 
   def convert(element, features, *label):
-    vector = tf.concat([tf.reshape(tf.cast(tensor, tf.float32), [-1]) for tensor in tf.nest.flatten(features)], 0)
+    vector = tf.zeros([0]) if shared else tf.concat(
+        [tf.reshape(tf.cast(tensor, tf.float32), [-1]) for tensor in tf.nest.flatten(features)], 0)
     if not needs_labels:
       return element, vector
     return element, vector, _one_label(label[0], label_dtype)
@@ -90,9 +100,9 @@ def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bo
     def convert_chunk(*components):
       element, features, *label = select(*components)
       # (Each element's size is static: a size of 0 cannot be inferred from -1.)
-      vector = tf.concat([tf.reshape(tf.cast(tensor, tf.float32),
-                                     [tf.shape(tensor)[0], tensor.shape[1:].num_elements()])
-                          for tensor in tf.nest.flatten(features)], 1)
+      vector = tf.zeros([tf.shape(features[0])[0], 0]) if shared else tf.concat(
+          [tf.reshape(tf.cast(tensor, tf.float32), [tf.shape(tensor)[0], tensor.shape[1:].num_elements()])
+           for tensor in tf.nest.flatten(features)], 1)
       if not needs_labels:
         return element, vector
       return element, vector, tf.reshape(tf.cast(label[0], label_dtype), [-1])  # one value per element
@@ -116,6 +126,9 @@ def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bo
     raise ValueError("the input dataset is empty; repulsive_batch needs at least batch_size elements.")
   read = tf.nest.pack_sequence_as(chunks.element_spec, arrays)
   features = read[1]
+  if shared:
+    component = tf.nest.flatten(read[0])[features_component[0]]
+    features = component.reshape(len(component), -1)  # a view: the data is held once
   bad_rows = ~np.all(np.isfinite(features), axis=1)
   if np.any(bad_rows):
     first = int(np.argmax(bad_rows))

@@ -34,7 +34,7 @@ def load_runs(runs_dir: pathlib.Path) -> dict[str, dict[int, dict]]:
   """results.json of every `*_seed<seed>` directory, by sampler and seed.
 
   Runs with a --radius other than the default count as their own sampler, `<sampler>@<radius>`,
-  and runs in the model's space (--space) as `<sampler>@<space>` (radius first).
+  and runs in the model's space (--space) as `<sampler>@<space>@R<refresh_every>` (radius first).
   """
   runs: dict[str, dict[int, dict]] = collections.defaultdict(dict)
   for path in sorted(runs_dir.glob("*_seed*/results.json")):
@@ -42,7 +42,7 @@ def load_runs(runs_dir: pathlib.Path) -> dict[str, dict[int, dict]]:
     config = result["config"]
     name = config["sampler"] if config.get("radius") is None else f"{config['sampler']}@{config['radius']}"
     if config.get("space", "input") != "input":
-      name += f"@{config['space']}"
+      name += f"@{config['space']}@R{config['refresh_every']}"
     runs[name][config["seed"]] = result
   return runs
 

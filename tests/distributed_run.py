@@ -68,10 +68,10 @@ def service(output):
        .take(SERVICE_READ).as_numpy_iterator()])
   # Arrays by reference: the workers map the files the build wrote (this process's directory).
   data_dir = os.path.join(os.path.dirname(output), "data")
-  by_reference = large_dataset().apply(batcher_for(tf_repulsive.AnnealPDS(), batch_size=LARGE_BATCH,
+  by_reference = large_dataset().apply(batcher_for(tf_repulsive.DensePDS([1] * 6), batch_size=LARGE_BATCH,
                                                    data_dir=data_dir))
   results["graph_bytes_by_reference"] = np.array(len(by_reference._as_serialized_graph().numpy()))
-  results["anneal_pds_k128_by_reference-distributed_epoch"] = np.stack(
+  results["dense_pds_k128_by_reference-distributed_epoch"] = np.stack(
       [index for _, _, index in by_reference.apply(svc.distribute("distributed_epoch", dispatcher.target))
        .take(SERVICE_READ).as_numpy_iterator()])
   # A worker that cannot read a file: the error names it.

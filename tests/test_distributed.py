@@ -63,17 +63,18 @@ def test_service_batches_are_the_draws_of_their_steps(service_results, sampler_n
   assert split.max() >= 2 * steps_per_epoch and parallel.max() >= steps_per_epoch
 
 
-def test_service_workers_draw_what_batch_indices_recomputes_at_k_128(service_results):
-  draws, steps_per_draw = _draws(tf_repulsive.DensePDS([1] * 6), 120, run.LARGE_BATCH, run.large_dataset)
-  split = _steps_of(service_results["dense_pds_k128-distributed_epoch"], draws)
+@pytest.fixture(scope="module")
+def dense_k128_draws():
+  return _draws(tf_repulsive.DensePDS([1] * 6), 120, run.LARGE_BATCH, run.large_dataset)[0]
+
+
+def test_service_workers_draw_what_batch_indices_recomputes_at_k_128(service_results, dense_k128_draws):
+  split = _steps_of(service_results["dense_pds_k128-distributed_epoch"], dense_k128_draws)
   assert len(set(split.tolist())) == len(split) == run.SERVICE_READ
 
 
-def test_service_workers_draw_by_reference_from_the_files_the_build_wrote(service_results):
-  batcher = run.batcher_for(tf_repulsive.AnnealPDS(), batch_size=run.LARGE_BATCH)
-  run.large_dataset().apply(batcher)
-  draws = np.stack([batcher.batch_indices(step) for step in range(120)])
-  split = _steps_of(service_results["anneal_pds_k128_by_reference-distributed_epoch"], draws)
+def test_service_workers_draw_by_reference_from_the_files_the_build_wrote(service_results, dense_k128_draws):
+  split = _steps_of(service_results["dense_pds_k128_by_reference-distributed_epoch"], dense_k128_draws)
   assert len(set(split.tolist())) == len(split) == run.SERVICE_READ
   # The digits' elements, feature vectors and distance cache (13 MB) stayed out of the graph.
   assert service_results["graph_bytes_by_reference"] < 1e6

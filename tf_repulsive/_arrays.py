@@ -7,6 +7,8 @@ TensorFlow's kernels require (64 bytes) and handed over through DLPack, which sh
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import tensorflow as tf
 
@@ -33,13 +35,24 @@ def to_tensor(array: np.ndarray) -> tf.Tensor:
   """A tensor over `array`'s memory when it is shareable, else a copy; `array` becomes read-only.
 
   Writing to the array afterwards would change the tensor behind TensorFlow's back, so it is
-  frozen either way.
+  frozen either way. An array handed over before (the same memory, shape and dtype: the default
+  features are the elements' own array) gives the same tensor, which a graph then captures once.
   """
-  shared = (_shareable(array.dtype) and array.flags.c_contiguous and array.flags.writeable
-            and array.ctypes.data % _ALIGNMENT == 0)
-  tensor = tf.experimental.dlpack.from_dlpack(array.__dlpack__()) if shared else tf.constant(array)
+  key = (array.ctypes.data, array.shape, array.dtype.str)
+  tensor = _handed_over.get(key)
+  if tensor is None:
+    shared = (_shareable(array.dtype) and array.flags.c_contiguous and array.flags.writeable
+              and array.ctypes.data % _ALIGNMENT == 0)
+    tensor = tf.experimental.dlpack.from_dlpack(array.__dlpack__()) if shared else tf.constant(array)
+    if shared:
+      _handed_over[key] = tensor
   array.flags.writeable = False
   return tensor
+
+
+# The tensors sharing an array's memory, while they live (and so while the memory does: the tensor
+# holds the array), by the array's address, shape and dtype.
+_handed_over: weakref.WeakValueDictionary[tuple, tf.Tensor] = weakref.WeakValueDictionary()
 
 
 def aligned_copy(array: np.ndarray, dtype=None) -> np.ndarray:

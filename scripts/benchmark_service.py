@@ -158,8 +158,9 @@ def _run(mode, directory):
     for process in processes:
       process.stop()
   data_kib = result["data_bytes"] / 1024
-  result["memory"] = {process.name: tuple((peak - start) / data_kib for peak, start in zip(process.peak, process.baseline))
-                      for process in processes}
+  result["memory"] = {
+      process.name: tuple((peak - start) / data_kib for peak, start in zip(process.peak, process.baseline))
+      for process in processes}
   return result
 
 

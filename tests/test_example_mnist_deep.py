@@ -54,9 +54,9 @@ def test_disks_in_the_gradient_space_refresh_and_weight_the_batches(tmp_path):
                         space="gradient", refresh_every=2, inclusion_weights=True, steps=4, eval_every=2)
   curve = train.train_and_evaluate(config, tmp_path, verbose=0)
   assert [row["step"] for row in curve] == [0, 2, 4]
-  # Refreshes after steps 0, 2 and 4; the last two kept.
+  # Refreshes at steps 0 and 2 (not after the last step, 4: no step trains on it), both kept.
   assert sorted(path.name for path in (tmp_path / "refreshes").iterdir()) == [
-      "refresh-000000001.npz", "refresh-000000002.npz"]
+      "refresh-000000000.npz", "refresh-000000001.npz"]
   with pytest.raises(ValueError, match="space"):
     train.Config(space="pixels")
 

@@ -107,12 +107,17 @@ def test_fit_trains_every_step_on_the_draw_of_its_refresh(tmp_path):
                                   directory=tmp_path, verbose=False)
   batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.AnnealPDS(), seed=SEED, model_space=space,
                                          verbose=False)
-  history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher), epochs=epochs,
-                      steps_per_epoch=batcher.steps_per_epoch, verbose=0,
+  batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  history = model.fit(batches, epochs=epochs, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
                       callbacks=[tf_repulsive.AnnealingCallback(batcher)])
-  steps = epochs * batcher.steps_per_epoch
   assert all(seconds > 0 for seconds in history.history["sampler_refresh_seconds"])
-  assert len(list(tmp_path.glob("refresh-*.npz"))) == steps // refresh_every + 1
+  # Steps 0-19: refreshes at 0, 4, ..., 16, none after the last step (20), which no step of this
+  # fit draws on; the next fit computes it when it starts, from the same model.
+  assert batcher.steps_per_epoch == 10 and len(list(tmp_path.glob("refresh-*.npz"))) == 5
+  model.fit(batches, epochs=1, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
+            callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  steps = (epochs + 1) * batcher.steps_per_epoch
+  assert len(list(tmp_path.glob("refresh-*.npz"))) == len(range(0, steps, refresh_every))
 
   # The same training, step by step, on the draws of features computed from the model at each refresh.
   reference = _model()

@@ -52,8 +52,10 @@ class BatchStreamCallback(keras.callbacks.Callback):
   For a batcher with a `ModelSpace`, it also refreshes the features: when `fit` starts (the
   refresh in force at the optimizer's step, read back from the ModelSpace's directory when
   training resumes between two refreshes) and after every `refresh_every`-th step, from the model
-  `fit` trains. Each epoch's logs then hold ``<name>_refresh_seconds``, the seconds its refreshes
-  took (also in the progress bar, `History` and `TensorBoard`).
+  `fit` trains, except after its last step (no step of this `fit` would draw on them; a later
+  `fit` computes them from the same model when it starts). Each epoch's logs then hold
+  ``<name>_refresh_seconds``, the seconds its refreshes took (also in the progress bar, `History`
+  and `TensorBoard`).
 
   Args:
     batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
@@ -88,6 +90,8 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._batcher = batcher
     self._epochs_begun = 0  # in this fit
     self._epoch_start = 0
+    # The step after the fit's last one, when known (its last epoch has begun, of known length).
+    self._fit_end: int | None = None
     self._streams_checked = 0
     self._start_checked = False
     self._drawn_here = False  # whether the stream of this fit began in this process
@@ -220,13 +224,17 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "with start_step=None so that this callback starts it at the optimizer's step.")
     self._epochs_begun += 1
     self._epoch_start = step
+    steps = self.params.get("steps")
+    self._fit_end = step + steps if steps is not None and epoch + 1 == self.params.get("epochs") else None
     self._start_checked = False
 
   def on_train_batch_end(self, batch, logs=None):
     space = self._batcher.model_space
-    if space is not None and self._epochs_begun and (self._epoch_start + batch + 1) % space.refresh_every == 0:
+    next_step = self._epoch_start + batch + 1
+    due = space is not None and self._epochs_begun and next_step % space.refresh_every == 0
+    if due and next_step != self._fit_end:
       # The stream waits at the next step for the features of the model as it is now.
-      self._refresh(self._epoch_start + batch + 1)
+      self._refresh(next_step)
     # The epoch's first call (with steps_per_execution > 1 its `batch` is not 0).
     if self._epochs_begun == 0 or self._start_checked:
       return

@@ -112,7 +112,7 @@ class DataFiles:
     digest = hashlib.sha256(f"{array.dtype.str}\n".encode())
     with _progress.bar("data files (hashing)", flat.size, self._verbose) as progress:
       for start in range(0, flat.size, _CHUNK_BYTES):
-        digest.update(memoryview(flat[start:start + _CHUNK_BYTES]))
+        digest.update(flat[start:start + _CHUNK_BYTES].data)
         progress.update(min(_CHUNK_BYTES, flat.size - start))
     path = os.path.join(self.directory, digest.hexdigest()[:32] + _SUFFIX)
     if os.path.isfile(path) and os.path.getsize(path) == flat.size:
@@ -123,7 +123,7 @@ class DataFiles:
       with os.fdopen(descriptor, "wb") as file, _progress.bar("data files (writing)", flat.size,
                                                             self._verbose) as progress:
         for start in range(0, flat.size, _CHUNK_BYTES):
-          file.write(memoryview(flat[start:start + _CHUNK_BYTES]))
+          file.write(flat[start:start + _CHUNK_BYTES].data)
           progress.update(min(_CHUNK_BYTES, flat.size - start))
       os.chmod(temporary, 0o644)
       os.replace(temporary, path)

@@ -11,9 +11,10 @@ the build's seconds, the serialised graph's bytes, the seconds from `distribute(
 batch, batches/s after it, and each process's peak memory (sampled every 0.1 s from
 /proc/PID/status) above what it held before the stream (TensorFlow imported, server started;
 the client's input arrays made), over the data's bytes (the elements: features and labels): its
-own memory (`RssAnon`), and the file pages it maps (`RssFile`: the data files, page cache that
-the processes of a machine share; a page mapped by several draws in flight counts once per
-mapping).
+own memory (`RssAnon`) at the peak and after the last batch, and the file pages it maps
+(`RssFile`: the data files, page cache that the processes of a machine share; a page mapped by
+several draws in flight counts once per mapping). Every process inherits this one's environment
+(e.g. `TF_ENABLE_ONEDNN_OPTS=0`).
 """
 
 import json
@@ -107,6 +108,7 @@ class _Process:
                                     stdout=subprocess.PIPE, text=True)
     self.baseline = (0, 0)
     self.peak = [0, 0]
+    self.last = (0, 0)
 
   def read_line(self):
     line = self.process.stdout.readline()
@@ -116,7 +118,8 @@ class _Process:
 
   def sample(self):
     if self.process.poll() is None:
-      self.peak = [max(peak, now) for peak, now in zip(self.peak, _resident_kib(self.process.pid))]
+      self.last = _resident_kib(self.process.pid)
+      self.peak = [max(peak, now) for peak, now in zip(self.peak, self.last)]
 
   def stop(self):
     if self.process.poll() is None:
@@ -159,7 +162,9 @@ def _run(mode, directory):
       process.stop()
   data_kib = result["data_bytes"] / 1024
   result["memory"] = {
-      process.name: tuple((peak - start) / data_kib for peak, start in zip(process.peak, process.baseline))
+      process.name: ((process.peak[0] - process.baseline[0]) / data_kib,
+                     (process.last[0] - process.baseline[0]) / data_kib,
+                     (process.peak[1] - process.baseline[1]) / data_kib)
       for process in processes}
   return result
 
@@ -181,13 +186,15 @@ def main(argv):
         rows.append(f"| {mode} | {error} |")
         print(rows[-1], flush=True)
         continue
-    memory = ", ".join(f"{name} {own:.2f} + {mapped:.2f}" for name, (own, mapped) in result["memory"].items())
+    memory = ", ".join(f"{name} {own:.2f} / {last:.2f} + {mapped:.2f}"
+                       for name, (own, last, mapped) in result["memory"].items())
     rows.append(f"| {mode} | {result['build']:.1f} | {result['graph_bytes'] / 2**20:.2f} | "
                 f"{result['file_bytes'] / 2**20:.0f} | {result['first_batch']:.1f} | "
                 f"{result['batches_per_second']:.0f} | {memory} |")
     print(rows[-1], flush=True)
   print("\n| arrays | build (s) | graph (MiB) | files (MiB) | distribute() to first batch (s) | batches/s | "
-        "peak memory above the process's start, over the data bytes: own + mapped files |")
+        "memory above the process's start, over the data bytes: own at the peak / at the end + mapped "
+        "files at the peak |")
   print("|---|---|---|---|---|---|---|")
   print("\n".join(rows))
 

@@ -4,10 +4,11 @@ A stream's graph holds every tensor its functions capture: the elements, the fea
 the sampler's tables. tf.data service ships that graph to its dispatcher and workers, and cannot
 serialise one past 2 GB. With a `data_dir`, each large array is written once to a file named by
 the hash of its content, and the stream's graph holds an `ImmutableConst` op in its place: the
-file's path, dtype and shape. The process that runs the stream memory-maps the file when it
-instantiates the stream's function (a new iterator), so the graph stays a few KB at any N, every
-process holds the data once (the page cache shares it between processes on one machine), and
-iterator checkpoints hold no array (the op is not state).
+file's path, dtype and shape. The process that runs the stream memory-maps the file each time
+the op runs, so the graph stays a few KB at any N, the mapped pages are page cache that the
+processes of a machine share, and iterator checkpoints hold no array (the op is not state).
+(TensorFlow's constant folding still evaluates the op, copying the array, when it instantiates
+the stream's function: BUILD_NOTES.md, "Arrays by reference".)
 """
 
 from __future__ import annotations

@@ -172,3 +172,26 @@ def test_feature_vectors_that_are_the_elements_are_held_once(tmp_path):
   shifted, _ = _build(tf_repulsive.VanillaPDS(), tmp_path / "shifted",
                       lambda: dataset().map(lambda x, y, index: (x + 100.0, y, index)))
   assert [os.path.getsize(path) >= features.nbytes for path in shifted.data_files].count(True) == 2
+
+
+def test_dict_and_multi_input_elements_by_reference_are_the_drawn_elements(tmp_path):
+  """Every component of nested elements comes from its file, row for row, also behind map and prefetch."""
+  rng = np.random.default_rng(1)
+  image = rng.standard_normal((3000, 8, 8)).astype(np.float32)
+  extra = rng.integers(0, 1000, (3000, 16)).astype(np.int64)
+  label = np.arange(3000) % 10
+  dataset = lambda: tf.data.Dataset.from_tensor_slices(  # noqa: E731
+      ({"image": image, "extra": extra}, label))
+  batcher = tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(), seed=4, start_step=0, data_dir=tmp_path,
+                                         feature_fn=lambda x, y: x["image"], verbose=False)
+  stream = dataset().apply(batcher).map(lambda x, y: (x, y)).prefetch(2)
+  iterator = iter(stream)
+  for step in range(3):
+    x, y = next(iterator)
+    rows = batcher.batch_indices(step)
+    np.testing.assert_array_equal(x["image"].numpy(), image[rows])
+    np.testing.assert_array_equal(x["extra"].numpy(), extra[rows])
+    np.testing.assert_array_equal(y.numpy(), label[rows])
+  assert len(batcher.data_files) >= 2 and _graph_bytes(dataset().apply(
+      tf_repulsive.repulsive_batch(50, tf_repulsive.Uniform(), seed=4, start_step=0, data_dir=tmp_path,
+                                   verbose=False))) < 1e6

@@ -96,6 +96,53 @@ def test_an_iterator_checkpoint_by_reference_holds_no_array_and_restores(tmp_pat
                                 np.stack([batcher.batch_indices(step) for step in range(5, 12)]))
 
 
+def _ops_of(graph_def, function_name):
+  """The op types of a function in `graph_def`'s library, with those of the functions it calls."""
+  functions = {function.signature.name: function for function in graph_def.library.function}
+  ops, pending, seen = set(), [function_name], set()
+  while pending:
+    name = pending.pop()
+    if name in seen:
+      continue
+    seen.add(name)
+    for node in functions[name].node_def:
+      ops.add(node.op)
+      pending += [value.func.name for value in node.attr.values() if value.func.name]
+      pending += [node.op] if node.op in functions else []
+  return ops
+
+
+@pytest.mark.parametrize("form", ["apply", "per_replica"])
+def test_the_files_are_mapped_one_draw_at_a_time_not_in_the_parallel_draw(tmp_path, form):
+  """TensorFlow copies the arrays of the files a function maps whenever it instantiates the function.
+
+  The parallel map instantiates its function in each thread that starts a first call: the files
+  are mapped upstream, in a map that runs one element at a time, and reach the draw as arguments.
+  """
+  batcher = tf_repulsive.repulsive_batch(BATCH * 2, tf_repulsive.AnnealPDS(), label_fn=lambda x, y, index: y,
+                                         seed=11, start_step=0, data_dir=tmp_path, verbose=False)
+  if form == "apply":
+    stream = _digits().apply(batcher)
+  else:
+    stream = _digits().apply(batcher.per_replica(tf.distribute.InputContext(1, 0, 2)))
+  graph_def = tf.compat.v1.GraphDef.FromString(stream._as_serialized_graph().numpy())
+  mapping = {node.op: _ops_of(graph_def, node.attr["f"].func.name) for node in graph_def.node
+             if node.op in ("MapDataset", "ParallelMapDatasetV2") and "ImmutableConst" in _ops_of(
+                 graph_def, node.attr["f"].func.name)}
+  assert list(mapping) == ["MapDataset"]
+  parallel = [node for node in graph_def.node if node.op == "ParallelMapDatasetV2"]
+  assert len(parallel) == 1 and "ImmutableConst" not in _ops_of(graph_def, parallel[0].attr["f"].func.name)
+  # Every file the stream reads is mapped there, and the batches are the draws.
+  mapped = {node.attr["memory_region_name"].s.decode() for function in graph_def.library.function
+            for node in function.node_def if node.op == "ImmutableConst"}
+  assert mapped == set(batcher.data_files)
+  iterator = iter(stream)
+  for step in range(3):
+    rows = batcher.batch_indices(step)
+    local = np.concatenate([next(iterator)[2].numpy() for _ in range(2 if form == "per_replica" else 1)])
+    np.testing.assert_array_equal(local, rows)
+
+
 def test_files_are_named_by_their_content_and_found_again(tmp_path):
   batcher, _ = _build(tf_repulsive.VanillaPDS(), tmp_path)
   written = {path: os.stat(path).st_mtime_ns for path in batcher.data_files}
@@ -114,15 +161,17 @@ def test_a_file_names_the_hash_of_its_dtype_and_bytes(tmp_path):
   array = np.arange(2**15, dtype=np.int32).reshape(2**10, 32)
   tensor = tf.constant(array)
 
+  # The same bytes in another shape share the file; small arrays stay in the graph.
+  paths = files.paths_of([tensor, tf.reshape(tensor, [-1]), tf.constant(array[:4])])
+
   @tf.function
   def read():
+    files.receive(paths, files.mapped(paths))
     return files.read(tensor)
 
   np.testing.assert_array_equal(read().numpy(), array)
   expected = hashlib.sha256(f"{array.dtype.str}\n".encode() + array.tobytes()).hexdigest()[:32]
-  assert [os.path.basename(path) for path in files.paths] == [expected + ".tf_repulsive"]
-  # Small arrays stay in the graph.
-  assert files.read(tf.constant(array[:4])) is not None and len(files.paths) == 1
+  assert files.paths == paths == [str(tmp_path / expected) + ".tf_repulsive"]
 
 
 def test_a_process_that_cannot_read_a_file_fails_naming_it(tmp_path):

@@ -7,8 +7,12 @@ the hash of its content, and the stream's graph holds an `ImmutableConst` op in 
 file's path, dtype and shape. The process that runs the stream memory-maps the file each time
 the op runs, so the graph stays a few KB at any N, the mapped pages are page cache that the
 processes of a machine share, and iterator checkpoints hold no array (the op is not state).
-(TensorFlow's constant folding still evaluates the op, copying the array, when it instantiates
-the stream's function: BUILD_NOTES.md, "Arrays by reference".)
+
+The `ImmutableConst` ops sit in a function of their own, run one element at a time, and the draw
+receives the arrays as arguments. TensorFlow's constant folding evaluates an `ImmutableConst`
+and copies its array whenever it instantiates a function that holds one; tf.data's parallel map
+instantiates its function in as many threads as start its first calls, so ops there would copy
+the arrays once per thread (BUILD_NOTES.md, "Arrays by reference").
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import hashlib
 import os
 import tempfile
 import weakref
+from typing import Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -69,9 +74,9 @@ def _host_view(value: tf.Tensor) -> np.ndarray:
 class DataFiles:
   """The large arrays of one batch stream, as files under a directory.
 
-  `read(value)` inside a dataset function being traced gives what the function should read in
-  place of the eager tensor `value`: an `ImmutableConst` over its file when the array is large
-  and numeric (written on first use), else `value` itself.
+  The stream maps its files in one function (`mapped`) and hands the arrays to the functions
+  that read them, which declare them (`receive`) and then ask `read(value)` for what to use in
+  place of an eager tensor `value` they would otherwise capture.
   """
 
   def __init__(self, directory: str, verbose: bool):
@@ -79,33 +84,66 @@ class DataFiles:
     self._verbose = verbose
     # Per array (by identity): its file. The reference keeps the tensor, so its id stays its own.
     self._files: dict[object, str] = {}
-    # Per graph, the op already reading each file: one memory map per function.
-    self._reads: weakref.WeakKeyDictionary[tf.Graph, dict[str, tf.Tensor]] = weakref.WeakKeyDictionary()
+    # Per file: the dtype and shape of the array first written to it, which its op maps.
+    self._layouts: dict[str, tuple[tf.DType, tf.TensorShape]] = {}
+    # Per function graph being traced: the tensor that stands for each file's array in it.
+    self._received: weakref.WeakKeyDictionary[tf.Graph, dict[str, tf.Tensor]] = weakref.WeakKeyDictionary()
 
   @property
   def paths(self) -> list[str]:
     """The files written (or found already written) so far."""
     return sorted(set(self._files.values()))
 
+  def paths_of(self, values: Iterable[object]) -> list[str]:
+    """The files of the large numeric arrays among `values` (written if missing), each once."""
+    paths: list[str] = []
+    for value in values:
+      path = self._path_of(value)
+      if path is not None and path not in paths:
+        paths.append(path)
+    return paths
+
+  def mapped(self, paths: Sequence[str]) -> list[tf.Tensor]:
+    """In a function being traced: the arrays of the files `paths`, memory-mapped each time it runs."""
+    return [tf.raw_ops.ImmutableConst(dtype=dtype, shape=shape, memory_region_name=path)
+            for dtype, shape, path in ((*self._layouts[path], path) for path in paths)]
+
+  def receive(self, paths: Sequence[str], arrays: Sequence[tf.Tensor]) -> None:
+    """In a function being traced: `arrays` (its arguments, `mapped(paths)` upstream) are the files' arrays."""
+    self._received[tf.compat.v1.get_default_graph()] = dict(zip(paths, arrays, strict=True))
+
   # Called while tf.data traces a stream function: plain Python (file writes), not for AutoGraph.
   @tf.autograph.experimental.do_not_convert
   def read(self, value: tf.Tensor) -> tf.Tensor:
+    """What the function being traced uses for the eager tensor `value`: its file's array, or `value`.
+
+    Raises:
+      RuntimeError: if the function did not `receive` the file of `value` (a stream function
+        reading an array the pipeline did not list).
+    """
+    path = self._path_of(value)
+    if path is None:
+      return value
+    received = self._received.get(tf.compat.v1.get_default_graph(), {})
+    if path not in received:
+      raise RuntimeError(
+          f"tf_repulsive internal error: a stream function reads {path} without receiving it; the pipeline "
+          "must list every array its functions read.")
+    # One file may hold arrays of two shapes (images [N, h, w] and their feature vectors [N, h·w]).
+    array = received[path]
+    return array if array.shape == value.shape else tf.reshape(array, value.shape)
+
+  def _path_of(self, value: object) -> str | None:
+    """The file of eager tensor `value` (written on first use), or None for what stays in the graph."""
     if not isinstance(value, tf.Tensor) or tf.is_symbolic_tensor(value) or value.dtype in (
         tf.string, tf.resource, tf.variant) or value.shape.num_elements() * value.dtype.size < IN_GRAPH_BYTES:
-      return value
+      return None
     key = value.ref()
     path = self._files.get(key)
     if path is None:
       path = self._files[key] = self._write(_host_view(value))
-    graph = tf.compat.v1.get_default_graph()
-    reads = self._reads.setdefault(graph, {})
-    if path not in reads:
-      # Outside any control dependency of the caller: one op serves every use in the function.
-      with tf.control_dependencies(None):
-        reads[path] = tf.raw_ops.ImmutableConst(dtype=value.dtype, shape=value.shape, memory_region_name=path)
-    # One file may hold arrays of two shapes (images [N, h, w] and their feature vectors [N, h·w]).
-    read = reads[path]
-    return read if read.shape == value.shape else tf.reshape(read, value.shape)
+      self._layouts.setdefault(path, (value.dtype, value.shape))
+    return path
 
   def _write(self, array: np.ndarray) -> str:
     """Writes `array`'s bytes to `<sha256 of dtype and bytes>.tf_repulsive` unless present."""

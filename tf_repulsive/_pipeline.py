@@ -213,7 +213,8 @@ class RepulsiveBatcher:
       # refresh) when an iterator checkpoint is written.
       return self._finish(built, _stream_ops.unbatch_dense(_stream_ops.map_on_host(self._draws(built), draw)),
                           prefetch=False)
-    return self._finish(built, _stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(self._draws(built), draw)))
+    draws, draw = self._with_arrays_mapped(built, self._draws(built), draw)
+    return self._finish(built, _stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(draws, draw)))
 
   def per_replica(self, input_context: tf.distribute.InputContext) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """The form of this batcher for `distribute_datasets_from_function`.
@@ -258,8 +259,9 @@ class RepulsiveBatcher:
         slices = self._gather(built, local_slices(indices), None if weights is None else local_slices(weights))
         return slices, tf.tile(steps[:, None], [1, local])
 
+      draws, draw = self._with_arrays_mapped(built, self._draws(built), draw_slices)
       return self._finish(built, _stream_ops.unbatch_dense(_stream_ops.unbatch_dense(
-          _stream_ops.parallel_map_on_host(self._draws(built), draw_slices))))
+          _stream_ops.parallel_map_on_host(draws, draw))))
 
     return apply
 
@@ -726,6 +728,33 @@ class RepulsiveBatcher:
                                                           tf.concat(columns, axis=1)))
     with tf.control_dependencies(recorded):
       return tf.identity(indices), steps
+
+  def _with_arrays_mapped(self, built: _Built, draws: tf.data.Dataset,
+                          draw: Callable[[tf.Tensor, tf.Tensor], Any]) -> tuple[tf.data.Dataset, Callable[..., Any]]:
+    """`draws` and `draw` for the parallel map; with `data_dir`, the arrays `draw` reads come with each draw.
+
+    A function of its own maps the files, one draw at a time, and appends their arrays to the
+    draw's element: TensorFlow copies the arrays of the files a function maps when it instantiates
+    it, which the parallel map would do in each thread that starts a first call (`_data_files`).
+    """
+    files = built.files
+    if files is None:
+      return draws, draw
+    read = tf.nest.flatten(built.element_tensors) + [built.inclusion_weights]
+    if built.num_groups:
+      read.append(built.group_tensor)
+    if self._copied_draw is not None:
+      read += self._copied_draw.get_concrete_function(tf.TensorSpec([], tf.int64)).captured_inputs
+    paths = files.paths_of(read)
+
+    def with_arrays(stream, offset):
+      return (stream, offset, *files.mapped(paths))
+
+    def draw_with_arrays(stream, offset, *arrays):
+      files.receive(paths, arrays)
+      return draw(stream, offset)
+
+    return _stream_ops.map_on_host(draws, with_arrays), draw_with_arrays
 
   def _weights(self, built: _Built, indices: tf.Tensor) -> tf.Tensor | None:
     """`[rows, k]` the elements' inclusion weights, scaled to average 1 over each global batch; None without."""

@@ -82,7 +82,7 @@ def service(output):
   try:
     next(iter(stream.apply(svc.distribute("distributed_epoch", dispatcher.target))))
     results["unseen_error"] = np.array("")
-  except tf.errors.NotFoundError as error:
+  except tf.errors.InvalidArgumentError as error:
     results["unseen_error"] = np.array(error.message)
   results["unseen_files"] = np.array(unseen.data_files)
   # A callback-started stream shipped before its start was set: the workers refuse it.

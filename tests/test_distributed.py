@@ -78,8 +78,9 @@ def test_service_workers_draw_by_reference_from_the_files_the_build_wrote(servic
   assert len(set(split.tolist())) == len(split) == run.SERVICE_READ
   # The digits' elements, feature vectors and distance cache (13 MB) stayed out of the graph.
   assert service_results["graph_bytes_by_reference"] < 1e6
-  # A worker that cannot read the files fails the stream, naming one.
-  assert any(path in str(service_results["unseen_error"]) for path in service_results["unseen_files"])
+  # A worker that cannot read the files fails the stream, naming one and what workers need.
+  error = str(service_results["unseen_error"])
+  assert any(path in error for path in service_results["unseen_files"]) and "needs data_dir at the same path" in error
 
 
 def test_service_refuses_a_stream_whose_start_it_cannot_know(service_results):

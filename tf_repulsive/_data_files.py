@@ -63,6 +63,12 @@ def check_directory(data_dir: object) -> str:
   return path
 
 
+def _unseen_message(path: str) -> str:
+  return (f"tf_repulsive: this process cannot see {path}, a file of the stream's data_dir. Every process that "
+          "runs the stream (each tf.data service worker) needs data_dir at the same path, holding the files "
+          "the build wrote (batcher.data_files): a shared or copied directory.")
+
+
 def _host_view(value: tf.Tensor) -> np.ndarray:
   """The eager tensor's values as numpy: a view of its buffer (`numpy()` would copy it), else a copy."""
   try:
@@ -104,9 +110,17 @@ class DataFiles:
     return paths
 
   def mapped(self, paths: Sequence[str]) -> list[tf.Tensor]:
-    """In a function being traced: the arrays of the files `paths`, memory-mapped each time it runs."""
-    return [tf.raw_ops.ImmutableConst(dtype=dtype, shape=shape, memory_region_name=path)
-            for dtype, shape, path in ((*self._layouts[path], path) for path in paths)]
+    """In a function being traced: the arrays of the files `paths`, memory-mapped each time it runs.
+
+    A process that does not see a file fails with an `InvalidArgumentError` that names it and
+    says what every process running the stream needs.
+    """
+    # (A path with glob characters would not match itself: the op's own NotFoundError names it.)
+    seen = [tf.debugging.Assert(tf.size(tf.io.matching_files(path)) > 0, [_unseen_message(path)])
+            for path in paths if not any(character in path for character in "*?[]\\")]
+    with tf.control_dependencies(seen):
+      return [tf.raw_ops.ImmutableConst(dtype=dtype, shape=shape, memory_region_name=path)
+              for dtype, shape, path in ((*self._layouts[path], path) for path in paths)]
 
   def receive(self, paths: Sequence[str], arrays: Sequence[tf.Tensor]) -> None:
     """In a function being traced: `arrays` (its arguments, `mapped(paths)` upstream) are the files' arrays."""

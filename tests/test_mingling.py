@@ -121,6 +121,18 @@ def test_clustered_search_agrees_with_the_exhaustive_one(clustered_search):
   np.testing.assert_array_equal(again.values, result.values)  # a function of the data only
 
 
+def test_clustered_search_in_chunks_of_points_finds_what_one_pass_finds(clustered_search, monkeypatch):
+  """Memory: the search holds the (point, cluster) pairs of a chunk of points, not of all N."""
+  features, labels = _overlapping_classes()
+  whole = _mingling.mingling_values(features, labels, 5)
+  (probes, _), = clustered_search
+  assert len(features) * probes <= _mingling._SEARCHED_PAIRS  # one chunk
+  monkeypatch.setattr(_mingling, "_SEARCHED_PAIRS", 7 * probes + 3)  # chunks of 7 points
+  chunked = _mingling.mingling_values(features, labels, 5)
+  np.testing.assert_array_equal(chunked.values, whole.values)
+  assert chunked.agreement == whole.agreement
+
+
 def test_clustered_search_ends_exhaustive_when_agreement_cannot_be_reached(clustered_search, monkeypatch):
   monkeypatch.setattr(_mingling, "_REQUIRED_AGREEMENT", 1.01)
   features, labels = _overlapping_classes(num_points=2500)

@@ -133,6 +133,20 @@ def test_clustered_search_in_chunks_of_points_finds_what_one_pass_finds(clustere
   assert chunked.agreement == whole.agreement
 
 
+def test_clustered_search_work_is_bounded_and_says_what_it_found(clustered_search, monkeypatch):
+  features, labels = _overlapping_classes()
+  num_points, dim = features.shape
+  clusters = int(round(_mingling._CLUSTERS_PER_ROOT * np.sqrt(num_points)))
+  # Work for 2 clusters per point, fewer than the agreement wanted needs here.
+  monkeypatch.setattr(_mingling, "_SEARCH_WORK", 2.5 * num_points * num_points * dim / clusters)
+  with pytest.warns(UserWarning, match=r"stopped at 2 of \d+ clusters.*agree with an exhaustive search on \d+%"):
+    result = _mingling.mingling_values(features, labels, 5)
+  (probes, _), = clustered_search
+  assert probes == 2 and result.agreement < 0.99
+  actual = np.mean(result.values == _sklearn_mingling_values(features, labels, 5))
+  assert abs(result.agreement - actual) < 0.03  # the figure reported is the values' agreement
+
+
 def test_clustered_search_ends_exhaustive_when_agreement_cannot_be_reached(clustered_search, monkeypatch):
   monkeypatch.setattr(_mingling, "_REQUIRED_AGREEMENT", 1.01)
   features, labels = _overlapping_classes(num_points=2500)

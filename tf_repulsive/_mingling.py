@@ -14,6 +14,7 @@ the loop).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 
@@ -38,8 +39,11 @@ _CLUSTERS_PER_ROOT = 2
 _KMEANS_ROUNDS = 10
 _KMEANS_SAMPLE_PER_CLUSTER = 32
 _FIRST_PROBES = 8
-# (point, cluster) pairs the clustered search holds at once (12 bytes each, with their grouping).
-_SEARCHED_PAIRS = 1 << 24
+# Multiply-adds the clustered search may spend (N * probes * N / clusters * d): a few minutes of
+# BLAS on two cores. Without cluster structure the agreement wanted can need most clusters.
+_SEARCH_WORK = 3e12
+# (point, cluster) pairs the clustered search holds at once (about 32 bytes each with their grouping).
+_SEARCHED_PAIRS = 1 << 22
 # How many exact nearest points of each check point are kept to replay the clustered search.
 _CHECK_DEPTH = 64
 # The subsample that checks the clustered search against the exhaustive one, and the agreement it
@@ -298,12 +302,16 @@ class _Clusters:
     members, member_starts = _grouped(self.nearest(np.arange(num_points), 1)[:, 0], len(self))
     best_distances = np.full((num_points, search.neighbors + 1), np.inf, np.float32)
     best_ids = np.zeros((num_points, search.neighbors + 1), np.int64)
-    # The (point, cluster) pairs to search, N * probes, a chunk of points at a time: on data
-    # without cluster structure the search needs a large share of the clusters (862 of 2000 for
-    # 1M standard normal points in 128-d), and all the pairs at once would be 12 bytes each.
-    chunk = max(1, _SEARCHED_PAIRS // probes)
-    for chunk_start in range(0, num_points, chunk):
-      points = np.arange(chunk_start, min(chunk_start + chunk, num_points))
+    # The (point, cluster) pairs to search, N * probes, for the members of a run of clusters at a
+    # time: on data without cluster structure the search needs a large share of the clusters (862
+    # of 2000 for 1M standard normal points in 128-d), too many pairs to hold at once. Whole
+    # clusters keep the first pass below one block per cluster.
+    chunk_points = max(1, _SEARCHED_PAIRS // probes)
+    first = 0
+    while first < len(self):
+      last = max(first + 1, int(np.searchsorted(member_starts, member_starts[first] + chunk_points, side="right")) - 1)
+      points = members[member_starts[first]:member_starts[last]]
+      first = last
       searched = self.nearest(points, probes)  # [len(points), probes], a point's own cluster first
       own, own_starts = _grouped(searched[:, 0], len(self))
       visits, visit_starts = _grouped(searched[:, 1:].ravel(), len(self))
@@ -399,13 +407,23 @@ def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5
       return float(np.mean((found == exact) & (searched.sum(axis=1) > neighbors)))
 
     # The fewest clusters to search: doubling, then bisection (agreement grows with `probes`;
-    # searching all of them is exhaustive).
-    failing, probes = 0, min(_FIRST_PROBES, len(clusters))
-    while agreement(probes) < _REQUIRED_AGREEMENT and probes < len(clusters):
-      failing, probes = probes, min(2 * probes, len(clusters))
+    # searching all of them is exhaustive), up to the work allowed.
+    most = min(len(clusters), max(1, int(_SEARCH_WORK * len(clusters) / (float(num_points) * num_points * dim))))
+    failing, probes = 0, min(_FIRST_PROBES, most)
+    while agreement(probes) < _REQUIRED_AGREEMENT and probes < most:
+      failing, probes = probes, min(2 * probes, most)
     while probes - failing > 1:
       middle = (failing + probes) // 2
       failing, probes = (failing, middle) if agreement(middle) >= _REQUIRED_AGREEMENT else (middle, probes)
+    reached = agreement(probes)
+  if reached < _REQUIRED_AGREEMENT and probes < len(clusters):
+    warnings.warn(
+        f"{description}: the nearest-neighbour search was stopped at {probes} of {len(clusters)} clusters "
+        f"({_SEARCH_WORK:.0e} multiply-adds on {num_points} points in {dim}-d); the values agree with an "
+        f"exhaustive search on {reached:.0%} of {len(check)} check points ({_REQUIRED_AGREEMENT:.0%} wanted). "
+        "The data has little cluster structure at this dimension; features of lower dimension (a feature_fn "
+        "that projects them) make the search easier. stats().report['mingling_agreement'] keeps the figure.",
+        stacklevel=2)
 
   with _progress.bar(description, num_points, verbose) as progress:
     others = _neighbors_of(everyone, clusters.nearest_neighbors(probes, progress), neighbors)

@@ -26,6 +26,8 @@ CASES = {
     "1M x 64, 10 classes": (1_000_000, 64, 10, 16, 0.7, False),
     "320k x 128, 250 classes (a quarter of the ImageNet-sized case)": (320_000, 128, 250, 32, 0.7, False),
     "1.28M x 128, 1000 classes (ImageNet-sized embeddings)": (1_280_000, 128, 1000, 32, 0.7, False),
+    # Blobs 10 times wider than their spread of centres, in all 128 dimensions: no cluster structure.
+    "1M x 128, 10 classes, no cluster structure": (1_000_000, 128, 10, 128, 10.0, False),
 }
 
 

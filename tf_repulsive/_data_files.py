@@ -118,9 +118,12 @@ class DataFiles:
     # (A path with glob characters would not match itself: the op's own NotFoundError names it.)
     seen = [tf.debugging.Assert(tf.size(tf.io.matching_files(path)) > 0, [_unseen_message(path)])
             for path in paths if not any(character in path for character in "*?[]\\")]
+    arrays = []
     with tf.control_dependencies(seen):
-      return [tf.raw_ops.ImmutableConst(dtype=dtype, shape=shape, memory_region_name=path)
-              for dtype, shape, path in ((*self._layouts[path], path) for path in paths)]
+      for path in paths:
+        dtype, shape = self._layouts[path]
+        arrays.append(tf.raw_ops.ImmutableConst(dtype=dtype, shape=shape, memory_region_name=path))
+    return arrays
 
   def receive(self, paths: Sequence[str], arrays: Sequence[tf.Tensor]) -> None:
     """In a function being traced: `arrays` (its arguments, `mapped(paths)` upstream) are the files' arrays."""

@@ -740,12 +740,12 @@ class RepulsiveBatcher:
     files = built.files
     if files is None:
       return draws, draw
-    read = tf.nest.flatten(built.element_tensors) + [built.inclusion_weights]
+    assert self._copied_draw is not None  # with data_dir the stream always copies the draw's trace
+    values_read = tf.nest.flatten(built.element_tensors) + [built.inclusion_weights]
     if built.num_groups:
-      read.append(built.group_tensor)
-    if self._copied_draw is not None:
-      read += self._copied_draw.get_concrete_function(tf.TensorSpec([], tf.int64)).captured_inputs
-    paths = files.paths_of(read)
+      values_read.append(built.group_tensor)
+    values_read += self._copied_draw.get_concrete_function(tf.TensorSpec([], tf.int64)).captured_inputs
+    paths = files.paths_of(values_read)
 
     def with_arrays(stream, offset):
       return (stream, offset, *files.mapped(paths))

@@ -72,6 +72,11 @@ start = time.perf_counter()
 stream = tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
 build = time.perf_counter() - start
 graph_bytes = len(stream._as_serialized_graph().numpy())
+check = None
+if batcher.data_files:
+  start = time.perf_counter()
+  batcher.check_data_files("grpc://" + address)
+  check = time.perf_counter() - start
 start = time.perf_counter()
 iterator = iter(stream.apply(tf.data.experimental.service.distribute(
     "distributed_epoch", "grpc://" + address)))
@@ -82,7 +87,7 @@ for _ in range(int(batches)):
   next(iterator)
 rate = int(batches) / (time.perf_counter() - start)
 files = sum(__import__("os").path.getsize(path) for path in batcher.data_files)
-print(json.dumps(dict(build=build, graph_bytes=graph_bytes, first_batch=first, batches_per_second=rate,
+print(json.dumps(dict(build=build, graph_bytes=graph_bytes, check=check, first_batch=first, batches_per_second=rate,
                       file_bytes=files, data_bytes=features.nbytes + labels.nbytes)), flush=True)
 sys.stdin.read()
 """
@@ -189,13 +194,15 @@ def main(argv):
     memory = ", ".join(f"{name} {own:.2f} / {last:.2f} + {mapped:.2f}"
                        for name, (own, last, mapped) in result["memory"].items())
     rows.append(f"| {mode} | {result['build']:.1f} | {result['graph_bytes'] / 2**20:.2f} | "
-                f"{result['file_bytes'] / 2**20:.0f} | {result['first_batch']:.1f} | "
+                f"{result['file_bytes'] / 2**20:.0f} | "
+                f"{'–' if result['check'] is None else format(result['check'], '.1f')} | {result['first_batch']:.1f} | "
                 f"{result['batches_per_second']:.0f} | {memory} |")
     print(rows[-1], flush=True)
-  print("\n| arrays | build (s) | graph (MiB) | files (MiB) | distribute() to first batch (s) | batches/s | "
+  print("\n| arrays | build (s) | graph (MiB) | files (MiB) | check_data_files (s) | distribute() to first batch (s) "
+        "| batches/s | "
         "memory above the process's start, over the data bytes: own at the peak / at the end + mapped "
         "files at the peak |")
-  print("|---|---|---|---|---|---|---|")
+  print("|---|---|---|---|---|---|---|---|")
   print("\n".join(rows))
 
 

@@ -49,6 +49,15 @@ def batcher_for(sampler, start_step=0, batch_size=BATCH, data_dir=None):
                                       start_step=start_step, data_dir=data_dir)
 
 
+def _check_error(batcher, target, timeout=60.0):
+  """What `check_data_files` raises, as "TypeName: message" ("" if it passes)."""
+  try:
+    batcher.check_data_files(target, timeout=timeout)
+    return ""
+  except (ValueError, TimeoutError) as error:
+    return f"{type(error).__name__}: {error}"
+
+
 def service(output):
   svc = tf.data.experimental.service
   dispatcher = svc.DispatchServer(svc.DispatcherConfig(port=0))
@@ -68,12 +77,26 @@ def service(output):
        .take(SERVICE_READ).as_numpy_iterator()])
   # Arrays by reference: the workers map the files the build wrote (this process's directory).
   data_dir = os.path.join(os.path.dirname(output), "data")
-  by_reference = large_dataset().apply(batcher_for(tf_repulsive.DensePDS([1] * 6), batch_size=LARGE_BATCH,
-                                                   data_dir=data_dir))
+  by_reference_batcher = batcher_for(tf_repulsive.DensePDS([1] * 6), batch_size=LARGE_BATCH, data_dir=data_dir)
+  by_reference = large_dataset().apply(by_reference_batcher)
   results["graph_bytes_by_reference"] = np.array(len(by_reference._as_serialized_graph().numpy()))
   results["dense_pds_k128_by_reference-distributed_epoch"] = np.stack(
       [index for _, _, index in by_reference.apply(svc.distribute("distributed_epoch", dispatcher.target))
        .take(SERVICE_READ).as_numpy_iterator()])
+  # Before shipping: both workers see the files; then one file is cut short, then gone.
+  results["workers_checked"] = np.array(by_reference_batcher.check_data_files(dispatcher.target))
+  victim = by_reference_batcher.data_files[0]
+  os.rename(victim, victim + ".moved")
+  with open(victim + ".moved", "rb") as source, open(victim, "wb") as partial:
+    partial.write(source.read(1000))
+  results["partial_check_error"] = np.array(_check_error(by_reference_batcher, dispatcher.target))
+  os.remove(victim)
+  results["unseen_check_error"] = np.array(_check_error(by_reference_batcher, dispatcher.target))
+  results["checked_file"] = np.array(victim)
+  os.rename(victim + ".moved", victim)
+  # A dispatcher without workers: the check gives up.
+  idle = svc.DispatchServer(svc.DispatcherConfig(port=0))
+  results["idle_check_error"] = np.array(_check_error(by_reference_batcher, idle.target, timeout=3))
   # A worker that cannot read a file: the error names it.
   unseen = batcher_for(tf_repulsive.VanillaPDS(), data_dir=os.path.join(os.path.dirname(output), "unseen"))
   stream = dataset().apply(unseen)

@@ -187,6 +187,32 @@ def test_a_process_that_cannot_read_a_file_fails_naming_it(tmp_path):
     next(iter(stream))
 
 
+def test_the_workers_check_tells_a_file_of_the_right_length_from_a_missing_shorter_or_longer_one(tmp_path):
+  length = 3000
+  path = str(tmp_path / "file")
+  statuses = {}
+  for case, size in (("same", length), ("shorter", length - 1), ("longer", length + 1), ("empty", 0)):
+    with open(path, "wb") as file:
+      file.write(b"x" * size)
+    statuses[case] = int(_data_files._length_status(tf.constant(path), tf.constant(length, tf.int64)))
+  os.remove(path)
+  statuses["missing"] = int(_data_files._length_status(tf.constant(path), tf.constant(length, tf.int64)))
+  assert statuses["same"] == _data_files._SAME_LENGTH
+  assert statuses["shorter"] == statuses["empty"] == _data_files._SHORTER
+  assert statuses["longer"] > _data_files._SAME_LENGTH and statuses["missing"] == _data_files._MISSING
+
+
+def test_the_workers_check_refuses_what_it_cannot_check(tmp_path):
+  batcher, _ = _build(tf_repulsive.VanillaPDS(), tmp_path)
+  with pytest.raises(TypeError, match="`service` must be the dispatcher's address"):
+    batcher.check_data_files(5000)
+  with pytest.raises(ValueError, match="`timeout` must be a positive number"):
+    batcher.check_data_files("grpc://localhost:5000", timeout=0)
+  in_graph, _ = _build(tf_repulsive.VanillaPDS(), None)
+  with pytest.raises(ValueError, match="built with a data_dir"):
+    in_graph.check_data_files("grpc://localhost:5000")
+
+
 def test_data_dir_refuses_what_it_cannot_map(tmp_path):
   with pytest.raises(ValueError, match="is a URL"):
     tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir="gs://bucket/data")

@@ -83,6 +83,16 @@ def test_service_workers_draw_by_reference_from_the_files_the_build_wrote(servic
   assert any(path in error for path in service_results["unseen_files"]) and "needs data_dir at the same path" in error
 
 
+def test_the_workers_check_before_shipping_names_a_missing_or_partial_file(service_results):
+  assert service_results["workers_checked"] == 2
+  victim = str(service_results["checked_file"])
+  partial, unseen = str(service_results["partial_check_error"]), str(service_results["unseen_check_error"])
+  assert partial.startswith("ValueError: 2 of the 2 workers") and f"sees {victim} at another length" in partial
+  assert unseen.startswith("ValueError: 2 of the 2 workers") and f"cannot see {victim}" in unseen
+  assert "needs data_dir at the same path" in unseen
+  assert str(service_results["idle_check_error"]).startswith("TimeoutError: No answer from the tf.data service")
+
+
 def test_service_refuses_a_stream_whose_start_it_cannot_know(service_results):
   assert "does not know its first step" in str(service_results["unstarted_error"])
   assert str(service_results["keras_error"]).startswith(

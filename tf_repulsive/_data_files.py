@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
 import weakref
 from typing import Iterable, Sequence
 
@@ -77,6 +78,22 @@ def _host_view(value: tf.Tensor) -> np.ndarray:
     return value.numpy()
 
 
+# What a worker reports for each file (`check_seen_by_workers`).
+_MISSING, _SHORTER, _SAME_LENGTH = -1, 0, 1
+
+
+def _length_status(path: tf.Tensor, length: tf.Tensor) -> tf.Tensor:
+  """_MISSING, _SHORTER, _SAME_LENGTH or more (longer) for the file `path` against `length` bytes.
+
+  Reads at most two bytes: a fixed-length record reader that skips a footer of `length - 1`
+  bytes finds one one-byte record in a file of `length` bytes, none in a shorter one.
+  """
+  def records():
+    reader = tf.data.FixedLengthRecordDataset(path, record_bytes=1, footer_bytes=length - 1).take(2)
+    return reader.reduce(tf.constant(_SHORTER, tf.int64), lambda count, _: count + 1)
+  return tf.cond(tf.size(tf.io.matching_files(path)) > 0, records, lambda: tf.constant(_MISSING, tf.int64))
+
+
 class DataFiles:
   """The large arrays of one batch stream, as files under a directory.
 
@@ -124,6 +141,56 @@ class DataFiles:
         dtype, shape = self._layouts[path]
         arrays.append(tf.raw_ops.ImmutableConst(dtype=dtype, shape=shape, memory_region_name=path))
     return arrays
+
+  def check_seen_by_workers(self, service: str, timeout: float) -> int:
+    """How many workers of the tf.data service at `service` answered, each seeing every file whole.
+
+    Runs a dataset of one element in `"parallel_epochs"` mode, which every worker registered with
+    the dispatcher runs once: the element is the worker's status of each file.
+
+    Raises:
+      ValueError: naming the files some worker does not see, or sees at another length.
+      TimeoutError: if the workers have not all answered within `timeout` seconds.
+    """
+    paths = self.paths
+    lengths = [self._layouts[path][0].size * self._layouts[path][1].num_elements() for path in paths]
+    statuses = tf.data.Dataset.from_tensors((tf.constant(list(paths), tf.string), tf.constant(lengths, tf.int64))).map(
+        lambda path, length: tf.map_fn(lambda file: _length_status(*file), (path, length),
+                                       fn_output_signature=tf.int64))
+    shipped = statuses.apply(tf.data.experimental.service.distribute("parallel_epochs", service))
+    answers: list[np.ndarray] = []
+    failure: list[BaseException] = []
+
+    def collect():
+      try:
+        answers.extend(shipped.as_numpy_iterator())
+      except Exception as error:  # reported by the caller's thread
+        failure.append(error)
+
+    # A service without workers never ends the stream, and its reads cannot be cancelled: a
+    # daemon thread reads it, and the caller waits for it at most `timeout` seconds.
+    reader = threading.Thread(target=collect, name="tf_repulsive data_files check", daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():
+      raise TimeoutError(
+          f"No answer from the tf.data service at {service!r} within {timeout:g} s (workers answered: "
+          f"{len(answers)}): is a worker registered with that dispatcher?")
+    if failure:
+      raise failure[0]
+    missing = sorted({path for answer in answers for path, status in zip(paths, answer) if status == _MISSING})
+    other_length = sorted({path for answer in answers for path, status in zip(paths, answer)
+                           if status not in (_MISSING, _SAME_LENGTH)})
+    if missing or other_length:
+      failing = sum(1 for answer in answers if np.any(answer != _SAME_LENGTH))
+      problems = ([f"cannot see {', '.join(missing)}"] if missing else []) + (
+          [f"sees {', '.join(other_length)} at another length than the build wrote (a partial or stale copy)"]
+          if other_length else [])
+      raise ValueError(
+          f"{failing} of the {len(answers)} workers of the tf.data service at {service!r} cannot map the stream's "
+          f"data files: a worker {'; a worker '.join(problems)}. Every process that runs the stream needs data_dir "
+          "at the same path, holding the files the build wrote (batcher.data_files): a shared or copied directory.")
+    return len(answers)
 
   def receive(self, paths: Sequence[str], arrays: Sequence[tf.Tensor]) -> None:
     """In a function being traced: `arrays` (its arguments, `mapped(paths)` upstream) are the files' arrays."""

@@ -293,6 +293,46 @@ class RepulsiveBatcher:
     files = self._require_built().files
     return [] if files is None else files.paths
 
+  def check_data_files(self, service: str, timeout: float = 60.0) -> int:
+    """Checks, before the stream is shipped, that every tf.data service worker can map `data_files`.
+
+    Each worker registered with the dispatcher at `service` reports whether it sees each file at
+    the length the build wrote; nothing is drawn. A stream shipped to a worker that cannot see
+    them would fail at its first batch instead.
+
+    Example:
+      ```python
+      batcher = tf_repulsive.repulsive_batch(512, tf_repulsive.VanillaPDS(), seed=0, start_step=0,
+                                             data_dir="/mnt/shared/tf_repulsive")
+      stream = ds.apply(batcher)
+      batcher.check_data_files("grpc://dispatcher:5000")
+      shipped = stream.apply(tf.data.experimental.service.distribute(
+          "distributed_epoch", "grpc://dispatcher:5000"))
+      ```
+
+    Args:
+      service: the dispatcher's address, as `tf.data.experimental.service.distribute` takes it.
+      timeout: seconds to wait for the workers' answers.
+
+    Returns:
+      The number of workers that answered.
+
+    Raises:
+      ValueError: the batcher has no `data_dir`; or a worker does not see a file, or sees it at
+        another length (the message names the files).
+      TimeoutError: no complete answer within `timeout` seconds (no worker registered, say).
+    """
+    if not isinstance(service, str) or not service:
+      raise TypeError(
+          f"`service` must be the dispatcher's address as a string (\"grpc://host:port\"); got {service!r}.")
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
+      raise ValueError(f"`timeout` must be a positive number of seconds; got {timeout!r}.")
+    files = self._require_built().files
+    if files is None:
+      raise ValueError("check_data_files checks the files of a batcher built with a data_dir; this one holds its "
+                       "arrays in the stream's graph, which tf.data service ships to the workers.")
+    return files.check_seen_by_workers(service, float(timeout))
+
   @property
   def labels(self) -> np.ndarray | None:
     """`[N]` int64 labels, for samplers that need them; else None."""

@@ -68,7 +68,14 @@ def test_equals_sequential_dart_throwing_with_mixed_radii(cache_bytes, batch_siz
     assert fallback == batch_size - len(expected)
 
 
-def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value():
+@pytest.fixture(params=["one_pass", "per_pair"])
+def one_radius_test(request, monkeypatch):
+  """Which test of darts against the accepted set a one-radius thrower built now uses."""
+  monkeypatch.setattr(_dart_throwing, "_ONE_PASS_FROM", 1 if request.param == "one_pass" else 10**9)
+  return request.param
+
+
+def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(one_radius_test):
   points = _grid(25)
   rng = np.random.default_rng(3)
   mingling_values = rng.integers(0, 4, len(points))
@@ -84,8 +91,8 @@ def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value():
 
 @pytest.mark.parametrize("survivor_target", [4, 512])
 @pytest.mark.parametrize("cache_bytes", [0, 2**24])
-def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(monkeypatch, survivor_target,
-                                                                              cache_bytes):
+def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(monkeypatch, one_radius_test,
+                                                                              survivor_target, cache_bytes):
   # A survivor target of 4 cuts nearly every block short (its later darts are thrown again).
   monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", survivor_target)
   points = np.concatenate([_grid(12), _grid(12)])  # every location twice, under two indices
@@ -95,6 +102,17 @@ def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(mo
     expected = _sequential(_thrown_darts(thrower, step), points, radius, 20)
     indices, fallback = _batch(thrower, step)
     assert indices[:len(expected)].tolist() == expected and fallback == 20 - len(expected)
+
+
+@pytest.mark.parametrize("radius,radius_scale", [(0.0, 1.0), (1.5, 0.0)])
+def test_one_radius_of_zero_draws_distinct_points_and_nothing_else_conflicts(one_radius_test, radius, radius_scale):
+  points = np.concatenate([_grid(6), _grid(6)])  # duplicate locations: distinct points all the same
+  thrower = _dart_throwing.DartThrower(points, _plan(np.full(len(points), radius), 400), 40).with_radius_scale(
+      radius_scale)
+  for step in range(6):
+    expected = _sequential(_thrown_darts(thrower, step), points, np.zeros(len(points)), 40)
+    indices, fallback = _batch(thrower, step)
+    assert len(expected) == 40 and fallback == 0 and indices.tolist() == expected
 
 
 @pytest.mark.parametrize("pi", [None, [0.5, 0.5]])
@@ -157,14 +175,14 @@ def test_fallback_fills_distinct_points_when_the_radius_is_too_large():
   np.testing.assert_array_equal(indices, again)
 
 
-def test_batch_of_the_whole_dataset_terminates_and_is_a_permutation():
+def test_batch_of_the_whole_dataset_terminates_and_is_a_permutation(one_radius_test):
   points = _grid(6)
   thrower = _dart_throwing.DartThrower(points, _plan(np.full(36, 0.5), 36), 36)
   indices, _ = thrower.draw(KEY, tf.constant(0, tf.int64))
   assert all(sorted(row) == list(range(36)) for row in indices.numpy().tolist())
 
 
-def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension():
+def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension(one_radius_test):
   rng = np.random.default_rng(5)
   # Far from the origin and from each other: plain float32 Gram distances would err by more
   # than the gap between nearby pairs and the radius.

@@ -44,6 +44,10 @@ _MAX_SURVIVOR_TARGET = 512
 # Bound on the elements of a block's distance matrix against the accepted set and of its gathered
 # dart rows (S * darts * max(accepted, d + 2)).
 _BLOCK_CELLS = 2**22
+# From this batch size on, one radius's test of a block's darts against the accepted set sets
+# aside the darts that repeat an accepted point (a sort and a search) and takes one pass over the
+# others' distances (their minimum); below it those ops cost more than the passes they save.
+_ONE_PASS_FROM = 1024
 # Squared distances as one product of augmented rows from k >= this * (d + 2) (see `__init__`).
 _ONE_PRODUCT_FROM_K_OVER_D = 3
 _STEP_ROWS_PER_DRAW = 2048
@@ -230,6 +234,7 @@ class DartThrower(BatchDrawer):
     self._survivor_target = _aligned(min(math.ceil(1.25 * batch_size), _MAX_SURVIVOR_TARGET))
     self._max_survivors = _MAX_SURVIVORS_OVER_TARGET * self._survivor_target
     self._max_block_rows = max(_DART_ALIGN, _BLOCK_CELLS // (self.steps_per_draw * (dim + 2)))
+    self._survival_in_one_pass = batch_size >= _ONE_PASS_FROM
     # Uniform draws with replacement per step for the fallback fill, which are enough to find the
     # k distinct new points it may need (see `_fill_uniformly`); None: fill by scores, O(N) but then
     # N <= 8 k.
@@ -474,6 +479,16 @@ class DartThrower(BatchDrawer):
     Returns the last draw's indices and fallback counts, and how many draws needed the fill.
     """
     steps_per_draw = self.steps_per_draw
+    pi_cdf = None
+    if self._plan.pi is not None:
+      # One vectorised evaluation of the schedule for all steps of the draws (a loop for
+      # schedules whose ops TensorFlow cannot vectorise), and its check, before the loop: an
+      # `Assert` inside the loop's body slows the dart throwing in it by a quarter or more
+      # (BUILD_NOTES.md, "No check inside the draw's loops").
+      # (`identity`: the loop's outputs must be its own ops, also for a constant pi.)
+      pi_cdf = self._effective_cdf(tf.vectorized_map(
+          lambda step: tf.identity(self.pi(step)),
+          first_step + tf.range(tf.cast(num_draws, tf.int64) * steps_per_draw, dtype=tf.int64)))
 
     def keep_drawing(draw, indices, fallback, filled):
       del indices, fallback
@@ -481,8 +496,10 @@ class DartThrower(BatchDrawer):
 
     def next_draw(draw, indices, fallback, filled):
       del indices, fallback
+      draw_cdf = None if pi_cdf is None else tuple(
+          tf.gather(tf.reshape(t, [-1, steps_per_draw, *t.shape[1:]]), draw) for t in pi_cdf)
       indices, fallback = self._draw(key, first_step + tf.cast(draw, tf.int64) * steps_per_draw, radius_scale,
-                                     max_darts)
+                                     max_darts, draw_cdf)
       return draw + 1, indices, fallback, filled + tf.cast(tf.reduce_any(fallback > 0), tf.int32)
 
     start = (tf.constant(0), tf.zeros([steps_per_draw, self._batch_size], tf.int32),
@@ -490,16 +507,10 @@ class DartThrower(BatchDrawer):
     _, indices, fallback, filled = tf.while_loop(keep_drawing, next_draw, start, maximum_iterations=num_draws)
     return indices, fallback, filled
 
-  def _draw(self, key: tf.Tensor, first_step: tf.Tensor, radius_scale: tf.Tensor,
-            max_darts: int | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  def _draw(self, key: tf.Tensor, first_step: tf.Tensor, radius_scale: tf.Tensor, max_darts: int | tf.Tensor,
+            pi_cdf: tuple[tf.Tensor, tf.Tensor] | None) -> tuple[tf.Tensor, tf.Tensor]:
+    """The draw of steps `first_step` ... `first_step + S - 1`, darts by value following `pi_cdf` (`_effective_cdf`)."""
     draw_key = tf.random.experimental.stateless_fold_in(key, first_step // self.steps_per_draw)
-    pi_cdf = None
-    if self._plan.pi is not None:
-      # One vectorised evaluation of the schedule for all steps of the draw (a loop for
-      # schedules whose ops TensorFlow cannot vectorise).
-      # (`identity`: the loop's outputs must be its own ops, also for a constant pi.)
-      pi_cdf = self._effective_cdf(tf.vectorized_map(
-          lambda step: tf.identity(self.pi(step)), first_step + tf.range(self.steps_per_draw, dtype=tf.int64)))
     streams = self._dart_streams(draw_key)
     max_darts = tf.convert_to_tensor(max_darts, tf.int32)
     k = self._batch_size
@@ -611,17 +622,6 @@ class DartThrower(BatchDrawer):
     pairs = tf.cast(rows, tf.int64)[:, :, None] * self._num_points + tf.cast(cols, tf.int64)[:, None, :]
     return tf.gather(self._sq_distances, pairs)
 
-  def _one_positive_radius(self, radius_scale: tf.Tensor) -> tf.Tensor | None:
-    """The squared radius when every point has the same one and it is known to be positive, else None.
-
-    A point is closer than any positive radius to itself (the shrunk norms make its squared
-    distance <= 0), so then a conflict is just a squared distance below it: no identity test.
-    """
-    if self._plan.point_radius is None or self._uniform_radius is None:
-      return None
-    sq_radius = tf.square(self._uniform_radius * radius_scale)
-    return sq_radius if (tf.get_static_value(sq_radius) or 0.0) > 0.0 else None
-
   def _conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
     """`[S, rows, cols]` bool per step: same point, or closer than the smaller of the two radii."""
     same = lambda: tf.equal(rows[:, :, None], cols[:, None, :])  # noqa: E731
@@ -629,9 +629,6 @@ class DartThrower(BatchDrawer):
     if self._plan.point_radius is None or (isinstance(self._uniform_radius, float) and self._uniform_radius == 0.0):
       return same()
     sq_dist = self._sq_distances_between(rows, cols)
-    sq_radius = self._one_positive_radius(radius_scale)
-    if sq_radius is not None:
-      return sq_dist < sq_radius
     if self._uniform_radius is not None:
       sq_radius = tf.square(self._uniform_radius * radius_scale)
       return tf.logical_or(same(), sq_dist < tf.where(sq_radius > 0.0, sq_radius, -np.inf))
@@ -645,16 +642,45 @@ class DartThrower(BatchDrawer):
     width = tf.reduce_max(count)
     columns = accepted[:, :width]
     occupied = tf.range(width)[None, :] < count[:, None]
-    sq_radius = self._one_positive_radius(radius_scale)
-    if sq_radius is None:
+    if self._uniform_radius is None or not self._survival_in_one_pass:
       hits = self._conflicts(darts, columns, radius_scale)
       return tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[:, None, :]), axis=2))
-    # One pass over the distances instead of three (compare, mask, any): the largest share of a
-    # large batch's draw. (A minimum over no columns is +inf: nothing accepted blocks nothing.)
-    sq_dist = self._sq_distances_between(darts, columns)
+    # One radius, large batches: the distance test is most of the draw. A dart that repeats an
+    # accepted point is rejected without one (darts by mingling value repeat the few points of
+    # the rare values often); for the others, one pass over their distances (the minimum)
+    # replaces the identity test, the comparison, the mask and the reduction.
+    fresh = self._not_accepted(darts, columns, occupied)
+    rank = tf.cumsum(tf.cast(fresh, tf.int32), axis=1)
+    tested_width = tf.reduce_max(rank[:, -1])
+    slots = tf.where(fresh, rank - 1, tested_width)
+    sq_dist = self._sq_distances_between(self._compacted(darts, slots, tested_width), columns)
     if self.steps_per_draw > 1:
       sq_dist = tf.where(occupied[:, None, :], sq_dist, np.inf)
-    return tf.reduce_min(sq_dist, axis=2) >= sq_radius
+    # (A minimum over no columns is +inf: nothing accepted blocks nothing. Radius 0: no disks.)
+    sq_radius = tf.square(self._uniform_radius * radius_scale)
+    clear = tf.logical_or(tf.reduce_min(sq_dist, axis=2) >= sq_radius, sq_radius <= 0.0)
+    # The repeats read the padding slot, False.
+    return tf.gather(tf.pad(clear, [[0, 0], [0, 1]]), slots, batch_dims=1)
+
+  def _compacted(self, values: tf.Tensor, slots: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
+    """`[S, width]`: each step's `values` (`[S, n]` int32) moved to their `slots` (slot `width`: dropped).
+
+    Slots that receive no value hold 0.
+    """
+    spare = tf.zeros([self.steps_per_draw, width + 1], tf.int32)
+    return tf.tensor_scatter_nd_update(spare, tf.stack([_step_rows(slots), slots], axis=2), values)[:, :width]
+
+  @staticmethod
+  def _not_accepted(darts: tf.Tensor, columns: tf.Tensor, occupied: tf.Tensor) -> tf.Tensor:
+    """`[S, darts]` bool: the darts whose point is not among their step's accepted `columns` (`occupied`).
+
+    A sort of the accepted points and a binary search per dart: O((darts + k) log k).
+    """
+    ordered = tf.sort(tf.where(occupied, columns, -1), axis=1)
+    position = tf.searchsorted(ordered, darts, side="left", out_type=tf.int32)
+    # Past the last accepted point: the padding, -1, is no point.
+    found = tf.gather(tf.pad(ordered, [[0, 0], [0, 1]], constant_values=-1), position, batch_dims=1)
+    return tf.not_equal(found, darts)
 
   def _accept(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor,
               radius_scale: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -676,11 +702,8 @@ class DartThrower(BatchDrawer):
     survivors = tf.logical_and(survives, tf.range(size)[None, :] < settled)
     survivor_count = tf.reduce_sum(tf.cast(survivors, tf.int32), axis=1)
     width = tf.reduce_max(survivor_count)
-    # The survivors, compacted in dart order (slot `width` collects the others and is dropped).
-    slots = tf.where(survivors, rank - 1, width)
-    compact = tf.tensor_scatter_nd_update(
-        tf.zeros([self.steps_per_draw, width + 1], tf.int32), tf.stack([_step_rows(slots), slots], axis=2),
-        darts)[:, :width]
+    # The survivors, compacted in dart order.
+    compact = self._compacted(darts, tf.where(survivors, rank - 1, width), width)
     valid = tf.range(width)[None, :] < survivor_count[:, None]
     earlier = tf.range(width)[None, :] < tf.range(width)[:, None]
     blocks = tf.logical_and(tf.logical_and(self._conflicts(compact, compact, radius_scale), earlier),

@@ -47,7 +47,7 @@ _BLOCK_CELLS = 2**22
 # From this batch size on, one radius's test of a block's darts against the accepted set sets
 # aside the darts that repeat an accepted point (a sort and a search) and takes one pass over the
 # others' distances (their minimum); below it those ops cost more than the passes they save.
-_ONE_PASS_FROM = 1024
+_ONE_PASS_FROM = 2048
 # Squared distances as one product of augmented rows from k >= this * (d + 2) (see `__init__`).
 _ONE_PRODUCT_FROM_K_OVER_D = 3
 _STEP_ROWS_PER_DRAW = 2048

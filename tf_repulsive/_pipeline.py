@@ -301,14 +301,16 @@ class RepulsiveBatcher:
     them would fail at its first batch instead.
 
     Example:
-      ```python
-      batcher = tf_repulsive.repulsive_batch(512, tf_repulsive.VanillaPDS(), seed=0, start_step=0,
-                                             data_dir="/mnt/shared/tf_repulsive")
-      stream = ds.apply(batcher)
-      batcher.check_data_files("grpc://dispatcher:5000")
-      shipped = stream.apply(tf.data.experimental.service.distribute(
-          "distributed_epoch", "grpc://dispatcher:5000"))
-      ```
+      Between the build and `distribute` (a dispatcher and its workers running):
+
+      .. code-block:: python
+
+        batcher = tf_repulsive.repulsive_batch(512, tf_repulsive.VanillaPDS(), seed=0, start_step=0,
+                                               data_dir="/mnt/shared/tf_repulsive")
+        stream = ds.apply(batcher)
+        batcher.check_data_files("grpc://dispatcher:5000")
+        shipped = stream.apply(tf.data.experimental.service.distribute(
+            "distributed_epoch", "grpc://dispatcher:5000"))
 
     Args:
       service: the dispatcher's address, as `tf.data.experimental.service.distribute` takes it.

@@ -85,8 +85,9 @@ _MISSING, _SHORTER, _SAME_LENGTH = -1, 0, 1
 def _length_status(path: tf.Tensor, length: tf.Tensor) -> tf.Tensor:
   """_MISSING, _SHORTER, _SAME_LENGTH or more (longer) for the file `path` against `length` bytes.
 
-  Reads at most two bytes: a fixed-length record reader that skips a footer of `length - 1`
-  bytes finds one one-byte record in a file of `length` bytes, none in a shorter one.
+  Reads the start of the file, not all of it: a fixed-length record reader that skips a footer of
+  `length - 1` bytes finds one one-byte record in a file of `length` bytes, none in a shorter one,
+  and two or more (it stops at two) in a longer one.
   """
   def records():
     reader = tf.data.FixedLengthRecordDataset(path, record_bytes=1, footer_bytes=length - 1).take(2)

@@ -759,16 +759,12 @@ class DartThrower(BatchDrawer):
     candidates = tf.random.stateless_uniform([steps, width], tf.random.experimental.stateless_fold_in(fill_key, 1),
                                              minval=0, maxval=self._num_points, dtype=tf.int32)
     occupied = tf.range(k)[None, :] < count[:, None]
-    # Free slots hold N, which no candidate equals.
-    taken = tf.sort(tf.where(occupied, accepted, self._num_points), axis=1)
-    position = tf.minimum(tf.searchsorted(taken, candidates, side="left", out_type=tf.int32), k - 1)
-    in_batch = tf.equal(tf.gather(taken, position, batch_dims=1), candidates)
     # A candidate's first occurrence: the first of its run once sorted stably by value.
     order = tf.argsort(candidates, axis=1, stable=True)
     ordered = tf.gather(candidates, order, batch_dims=1)
     first_in_order = tf.concat([tf.ones([steps, 1], tf.bool), ordered[:, 1:] != ordered[:, :-1]], axis=1)
     first = tf.scatter_nd(tf.stack([_step_rows(candidates), order], axis=2), first_in_order, [steps, width])
-    fresh = tf.logical_and(first, tf.logical_not(in_batch))
+    fresh = tf.logical_and(first, self._not_accepted(candidates, accepted, occupied))
     filled, filled_count = self._append_first(accepted, count, candidates, fresh)
     return tf.cond(tf.reduce_all(filled_count == k), lambda: filled,
                    lambda: self._fill_by_scores(fill_key, accepted, count))

@@ -82,6 +82,11 @@ def _host_view(value: tf.Tensor) -> np.ndarray:
 _MISSING, _SHORTER, _SAME_LENGTH = -1, 0, 1
 
 
+def _seen(path: str | tf.Tensor) -> tf.Tensor:
+  """Whether this process sees the file `path` (a path without glob characters)."""
+  return tf.size(tf.io.matching_files(path)) > 0
+
+
 def _length_status(path: tf.Tensor, length: tf.Tensor) -> tf.Tensor:
   """_MISSING, _SHORTER, _SAME_LENGTH or more (longer) for the file `path` against `length` bytes.
 
@@ -92,7 +97,7 @@ def _length_status(path: tf.Tensor, length: tf.Tensor) -> tf.Tensor:
   def records():
     reader = tf.data.FixedLengthRecordDataset(path, record_bytes=1, footer_bytes=length - 1).take(2)
     return reader.reduce(tf.constant(_SHORTER, tf.int64), lambda count, _: count + 1)
-  return tf.cond(tf.size(tf.io.matching_files(path)) > 0, records, lambda: tf.constant(_MISSING, tf.int64))
+  return tf.cond(_seen(path), records, lambda: tf.constant(_MISSING, tf.int64))
 
 
 class DataFiles:
@@ -134,7 +139,7 @@ class DataFiles:
     says what every process running the stream needs.
     """
     # (A path with glob characters would not match itself: the op's own NotFoundError names it.)
-    seen = [tf.debugging.Assert(tf.size(tf.io.matching_files(path)) > 0, [_unseen_message(path)])
+    seen = [tf.debugging.Assert(_seen(path), [_unseen_message(path)])
             for path in paths if not any(character in path for character in "*?[]\\")]
     arrays = []
     with tf.control_dependencies(seen):

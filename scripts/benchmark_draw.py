@@ -7,7 +7,9 @@ Builds the dart throwers of Vanilla PDS, Dense PDS (pi uniform over the mingling
 Anneal PDS (the paper's schedule) on one dataset at one radius (by default Vanilla PDS's
 `radius="auto"`), then times each one's `draw` in a `tf.function` loop over consecutive draws from
 step 4000, in rounds that alternate the throwers (no tf.data pipeline, no recording: what the
-darts by value cost against uniform darts).
+darts by value cost against uniform darts). Then, untimed, the darts a batch took (the mean over
+the first timed round's draws), counted by a copy of each thrower whose blocks add their settled
+darts to a variable (a stateful op in the draw's loop slows it, so the timed throwers have none).
 With `--compare_tree`, the `_dart_throwing.py` of another checkout (its path's
 `tf_repulsive/_dart_throwing.py`) is timed beside this one in the same process, its throwers
 suffixed "@other". Data as in benchmark_batch_sizes.py (`scripts/benchmark_data.py`).
@@ -74,6 +76,28 @@ def _timed_draws(thrower):
   return draws
 
 
+def _darts_per_batch(module, features, plan, batch_size, first_step, count):
+  """The mean darts thrown per batch over `count` draws from `first_step`, by a counting copy of the thrower."""
+  thrown = tf.Variable(0, dtype=tf.int64)
+
+  class CountingThrower(module.DartThrower):
+
+    def __init__(self, *args, **kwargs):
+      self._counts_darts = True  # a trace of its own (`_trace_config` reads the flag)
+      super().__init__(*args, **kwargs)
+
+    def _accept(self, darts, accepted, count, radius_scale):
+      accepted, count, settled, survival = super()._accept(darts, accepted, count, radius_scale)
+      with tf.control_dependencies([thrown.assign_add(tf.cast(settled, tf.int64))]):
+        return accepted, tf.identity(count), settled, survival
+
+  draws = _timed_draws(CountingThrower(features, plan, batch_size))
+  thrown.assign(0)
+  draws(tf.constant(first_step, tf.int64), tf.constant(count))
+  # Every step of a draw settles the same darts (`_accept`): the count is per step.
+  return int(thrown.numpy()) / count
+
+
 def main(argv):
   del argv
   features, labels = dataset(_DATA.value, _NUM_POINTS.value, _DIM.value)
@@ -90,7 +114,7 @@ def main(argv):
   modules = {"": _dart_throwing}
   if _COMPARE_TREE.value:
     modules["@other"] = _other_dart_throwing(_COMPARE_TREE.value)
-  timed = {}
+  timed, darts = {}, {}
   for suffix, module in modules.items():
     # (pi's last argument is the step: a tree whose pi takes the histogram first passes it too.)
     plans = {
@@ -101,19 +125,21 @@ def main(argv):
     }
     for name, plan in plans.items():
       thrower = module.DartThrower(features, plan, k)
-      timed[name + suffix] = (_timed_draws(thrower), thrower.steps_per_draw)
+      timed[name + suffix] = (_timed_draws(thrower), thrower.steps_per_draw, module, plan)
   rates = {name: [] for name in timed}
+  draw_counts = {name: max(4, 16000 // (steps_per_draw * k)) for name, (_, steps_per_draw, _, _) in timed.items()}
   for round_number in range(_ROUNDS.value):
-    for name, (draws, steps_per_draw) in timed.items():
-      count = max(4, 16000 // (steps_per_draw * k))
+    for name, (draws, steps_per_draw, _, _) in timed.items():
       start = time.perf_counter()
-      filled = int(draws(tf.constant(4000 + round_number * 100000, tf.int64), tf.constant(count)))
-      rates[name].append(count * steps_per_draw / (time.perf_counter() - start))
+      filled = int(draws(tf.constant(4000 + round_number * 100000, tf.int64), tf.constant(draw_counts[name])))
+      rates[name].append(draw_counts[name] * steps_per_draw / (time.perf_counter() - start))
       if filled:
         print(f"  ({name}: the fill supplied {filled} points)")
-  print("| thrower | batches/s per round |\n|---|---|")
+  for name, (_, steps_per_draw, module, plan) in timed.items():
+    darts[name] = _darts_per_batch(module, features, plan, k, 4000, draw_counts[name])
+  print("| thrower | batches/s per round | darts per batch |\n|---|---|---|")
   for name, rate in rates.items():
-    print(f"| {name} | {', '.join(f'{value:.0f}' for value in rate)} |")
+    print(f"| {name} | {', '.join(f'{value:.0f}' for value in rate)} | {darts[name]:.0f} |")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
-"""Batches/s of the dart thrower's draw alone, Vanilla against Dense and Anneal PDS at one radius.
+"""Batches/s of the dart thrower's draw alone, Vanilla against Easy, Dense and Anneal PDS at one radius.
 
   PYTHONPATH=. .venv/bin/python scripts/benchmark_draw.py [--data=gaussian] [--num_points=50000]
       [--dim=64] [--batch_size=512] [--radius=auto] [--rounds=3] [--compare_tree=PATH]
 
-Builds the dart throwers of Vanilla PDS, Dense PDS (pi uniform over the mingling values) and
-Anneal PDS (the paper's schedule) on one dataset at one radius (by default Vanilla PDS's
-`radius="auto"`), then times each one's `draw` in a `tf.function` loop over consecutive draws from
-step 4000, in rounds that alternate the throwers (no tf.data pipeline, no recording: what the
-darts by value cost against uniform darts). Then, untimed, the darts a batch took (the mean over
-the first timed round's draws), counted by a copy of each thrower whose blocks add their settled
-darts to a variable (a stateful op in the draw's loop slows it, so the timed throwers have none).
+Builds the dart throwers of Vanilla PDS, Easy PDS (the disk for mingling value 0 only), Dense PDS
+(pi uniform over the mingling values) and Anneal PDS (the paper's schedule) on one dataset at one
+radius (by default Vanilla PDS's `radius="auto"`), then times each one's `draw` in a `tf.function`
+loop over consecutive draws from step 4000, in rounds that alternate the throwers (no tf.data
+pipeline, no recording: what the disks and the darts by value cost against Vanilla PDS's). Then,
+untimed, the darts a batch took (the mean over the first timed round's draws), counted by a copy
+of each thrower whose blocks add their settled darts to a variable (a stateful op in the draw's
+loop slows it, so the timed throwers have none).
 With `--compare_tree`, the `_dart_throwing.py` of another checkout (its path's
 `tf_repulsive/_dart_throwing.py`) is timed beside this one in the same process, its throwers
 suffixed "@other". Data as in benchmark_batch_sizes.py (`scripts/benchmark_data.py`).
@@ -83,7 +84,8 @@ def _darts_per_batch(module, features, plan, batch_size, first_step, count):
   class CountingThrower(module.DartThrower):
 
     def __init__(self, *args, **kwargs):
-      self._counts_darts = True  # a trace of its own (`_trace_config` reads the flag)
+      # A trace of its own, which counts into this variable (`_trace_config` reads the number).
+      self._counter_id = id(thrown)
       super().__init__(*args, **kwargs)
 
     def _accept(self, darts, accepted, count, radius_scale):
@@ -119,6 +121,7 @@ def main(argv):
     # (pi's last argument is the step: a tree whose pi takes the histogram first passes it too.)
     plans = {
         "vanilla_pds": module.DartPlan(point_radius, None, None, 0, max_darts),
+        "easy_pds": module.DartPlan(np.where(values == 0, point_radius, 0.0), None, None, 0, max_darts),
         "dense_pds": module.DartPlan(point_radius, lambda *args: uniform_pi, values, neighbors + 1, max_darts),
         "anneal_pds": module.DartPlan(point_radius, lambda *args: _schedule.paper_schedule(histogram, args[-1]),
                                       values, neighbors + 1, max_darts),

@@ -1,5 +1,7 @@
 """The blocked dart thrower against the sequential algorithm of the paper, dart for dart."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -69,13 +71,13 @@ def test_equals_sequential_dart_throwing_with_mixed_radii(cache_bytes, batch_siz
 
 
 @pytest.fixture(params=["one_pass", "per_pair"])
-def one_radius_test(request, monkeypatch):
-  """Which test of darts against the accepted set a one-radius thrower built now uses."""
+def survival_test(request, monkeypatch):
+  """Which test of darts against the accepted set a thrower with one disk radius built now uses."""
   monkeypatch.setattr(_dart_throwing, "_ONE_PASS_FROM", 1 if request.param == "one_pass" else 10**9)
   return request.param
 
 
-def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(one_radius_test):
+def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(survival_test):
   points = _grid(25)
   rng = np.random.default_rng(3)
   mingling_values = rng.integers(0, 4, len(points))
@@ -91,7 +93,7 @@ def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(one_
 
 @pytest.mark.parametrize("survivor_target", [4, 512])
 @pytest.mark.parametrize("cache_bytes", [0, 2**24])
-def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(monkeypatch, one_radius_test,
+def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(monkeypatch, survival_test,
                                                                               survivor_target, cache_bytes):
   # A survivor target of 4 cuts nearly every block short (its later darts are thrown again).
   monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", survivor_target)
@@ -104,8 +106,49 @@ def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(mo
     assert indices[:len(expected)].tolist() == expected and fallback == 20 - len(expected)
 
 
+@pytest.mark.parametrize("radius_scale", [1.0, 0.0])
+@pytest.mark.parametrize("survivor_target", [4, 512])
+@pytest.mark.parametrize("batch_size", [20, 60])
+def test_equals_sequential_dart_throwing_with_one_disk_radius_and_points_without_disks(
+    monkeypatch, survival_test, batch_size, survivor_target, radius_scale):
+  # A survivor target of 4 cuts nearly every block short, so most darts meet the accepted set of
+  # earlier blocks. Every location twice: a point with a disk and one without at the same place do
+  # not conflict, two points with disks there do.
+  monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", survivor_target)
+  points = np.concatenate([_grid(12), _grid(12)])
+  radius = np.where(np.random.default_rng(batch_size).random(len(points)) < 0.7, 2.5, 0.0)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300), batch_size).with_radius_scale(radius_scale)
+  for step in range(0, 24, 5):
+    expected = _sequential(_thrown_darts(thrower, step), points, radius * radius_scale, batch_size)
+    indices, fallback = _batch(thrower, step)
+    assert indices[:len(expected)].tolist() == expected and fallback == batch_size - len(expected)
+
+
+@pytest.mark.parametrize("plan_says", [False, True])
+def test_a_refreshable_thrower_keeps_one_disk_radius_only_when_the_plan_says_so(monkeypatch, survival_test,
+                                                                               plan_says):
+  monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", 4)
+  points = np.concatenate([_grid(12), _grid(12)])
+  disks = np.random.default_rng(5).random(len(points)) < 0.7
+  first = np.where(disks, 2.5, 0.0)
+  # Without the plan's promise, the data refreshes to two disk radii.
+  two_radii = np.where(np.arange(len(points)) % 2, 1.5, 3.5)
+  refreshed = np.where(disks, 2.5 if plan_says else two_radii, 0.0)
+
+  def thrower(radius):
+    plan = dataclasses.replace(_plan(radius, 300), one_disk_radius=plan_says)
+    return _dart_throwing.DartThrower(points, plan, 40)
+
+  live = thrower(first).refreshable()
+  live.refresh_from(thrower(refreshed))
+  for step in range(0, 24, 5):
+    expected = _sequential(_thrown_darts(live, step), points, refreshed, 40)
+    indices, fallback = _batch(live, step)
+    assert indices[:len(expected)].tolist() == expected and fallback == 40 - len(expected)
+
+
 @pytest.mark.parametrize("radius,radius_scale", [(0.0, 1.0), (1.5, 0.0)])
-def test_one_radius_of_zero_draws_distinct_points_and_nothing_else_conflicts(one_radius_test, radius, radius_scale):
+def test_one_radius_of_zero_draws_distinct_points_and_nothing_else_conflicts(survival_test, radius, radius_scale):
   points = np.concatenate([_grid(6), _grid(6)])  # duplicate locations: distinct points all the same
   thrower = _dart_throwing.DartThrower(points, _plan(np.full(len(points), radius), 400), 40).with_radius_scale(
       radius_scale)
@@ -175,14 +218,14 @@ def test_fallback_fills_distinct_points_when_the_radius_is_too_large():
   np.testing.assert_array_equal(indices, again)
 
 
-def test_batch_of_the_whole_dataset_terminates_and_is_a_permutation(one_radius_test):
+def test_batch_of_the_whole_dataset_terminates_and_is_a_permutation(survival_test):
   points = _grid(6)
   thrower = _dart_throwing.DartThrower(points, _plan(np.full(36, 0.5), 36), 36)
   indices, _ = thrower.draw(KEY, tf.constant(0, tf.int64))
   assert all(sorted(row) == list(range(36)) for row in indices.numpy().tolist())
 
 
-def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension(one_radius_test):
+def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension(survival_test):
   rng = np.random.default_rng(5)
   # Far from the origin and from each other: plain float32 Gram distances would err by more
   # than the gap between nearby pairs and the radius.

@@ -44,9 +44,10 @@ _MAX_SURVIVOR_TARGET = 512
 # Bound on the elements of a block's distance matrix against the accepted set and of its gathered
 # dart rows (S * darts * max(accepted, d + 2)).
 _BLOCK_CELLS = 2**22
-# From this batch size on, one radius's test of a block's darts against the accepted set sets
-# aside the darts that repeat an accepted point (a sort and a search) and takes one pass over the
-# others' distances (their minimum); below it those ops cost more than the passes they save.
+# From this batch size on, with one disk radius, the test of a block's darts against the accepted
+# set sets aside the darts that repeat an accepted point (a sort and a search) and those without a
+# disk, and takes one pass over the others' distances (their minimum); below it those ops cost
+# more than the passes they save.
 _ONE_PASS_FROM = 2048
 # Squared distances as one product of augmented rows from k >= this * (d + 2) (see `__init__`).
 _ONE_PRODUCT_FROM_K_OVER_D = 3
@@ -85,6 +86,9 @@ class DartPlan:
     max_darts: bound on the darts thrown for one batch before the fallback fill.
     one_radius: whether every point has the same radius by construction (Vanilla, Dense, Anneal
       PDS), whatever the data: a refreshable thrower keeps the faster test for one radius only then.
+    one_disk_radius: whether the points with a disk have the same radius by construction (Easy
+      PDS: r or no disk), whatever the data: a refreshable thrower keeps the one-pass test of large
+      batches (`_survives`) only then.
     pi_follows_step: whether `pi` changes with the step (Anneal PDS), so that the law of a batch,
       and each point's probability of being in it, does too.
   """
@@ -95,6 +99,7 @@ class DartPlan:
   num_mingling_values: int
   max_darts: int
   one_radius: bool = False
+  one_disk_radius: bool = False
   pi_follows_step: bool = False
 
 
@@ -138,7 +143,7 @@ def _trace_config(template: DartThrower) -> tuple:
   values = sorted((name, value) for name, value in vars(template).items()
                   if name != "radius_scale" and (value is None or isinstance(value, (bool, int, float, str))))
   return (tuple(values), plan.pi, plan.point_radius is None, plan.num_mingling_values, plan.one_radius,
-          plan.pi_follows_step)
+          plan.one_disk_radius, plan.pi_follows_step)
 
 
 class DartThrower(BatchDrawer):
@@ -212,11 +217,15 @@ class DartThrower(BatchDrawer):
     self._one_product = batch_size >= _ONE_PRODUCT_FROM_K_OVER_D * (dim + 2)
     self._sq_distances = None
     self._point_radius = self._uniform_radius = None
+    # Whether every point with a disk has the same radius (one radius, or one and none).
+    self._one_disk_radius = False
     self._points_by_value = self._value_counts = self._value_offsets = self._value_histogram = None
     if plan.point_radius is not None:
       radius = (plan.point_radius * scale).astype(np.float32)
       # One radius for all points (Vanilla, Dense, Anneal) needs no per-pair minimum.
       self._uniform_radius = float(radius[0]) if np.all(radius == radius[0]) else None
+      disk_radii = radius[radius > 0]
+      self._one_disk_radius = bool(np.all(disk_radii == disk_radii[0])) if disk_radii.size else True
       self._point_radius = tf.constant(radius)
       if 4 * num_points * num_points <= distance_cache_bytes:
         self._sq_distances = self._pairwise_sq_distances(verbose)
@@ -239,23 +248,31 @@ class DartThrower(BatchDrawer):
     # k distinct new points it may need (see `_fill_uniformly`); None: fill by scores, O(N) but then
     # N <= 8 k.
     self._fill_candidates = 2 * batch_size + 64 if num_points > _FILL_BY_SCORES_UP_TO * batch_size else None
-    # One trace serves every draw: the radius calibration's, at any radius scale and dart budget,
-    # the batcher's (`traced_draw`), at any key, and the pipeline's (`draw` copies it in); the
-    # per-dataset tensors are its arguments, so that every thrower of the same configuration
-    # reuses it (`_traced_draws`: a refresh's, another batcher's on data of the same shape; a
-    # trace costs more than all of a calibration's draws). It draws with a template that holds
-    # none of them, nor the plan's per-point arrays: a function that referenced the thrower
-    # holding it would be a cycle, and keep the tensors (the distance cache, say) until the next
-    # garbage collection; a kept function would keep the arrays.
+    self._draws_on_state = self._configuration_trace()
+    # A refreshable thrower's draw, traced once on its variables (`refreshable`).
+    self._traced_variable_draw: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
+
+  def _configuration_trace(self) -> Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
+    """The trace of the draws of this thrower's configuration, which takes the per-dataset tensors.
+
+    One trace serves every draw: the radius calibration's, at any radius scale and dart budget,
+    the batcher's (`traced_draw`), at any key, and the pipeline's (`draw` copies it in); the
+    per-dataset tensors are its arguments, so that every thrower of the same configuration reuses
+    it (`_traced_draws`: a refresh's, another batcher's on data of the same shape; a trace costs
+    more than all of a calibration's draws). It draws with a template that holds none of them, nor
+    the plan's per-point arrays, nor another trace: a function that referenced the thrower holding
+    it would be a cycle, and keep the tensors (the distance cache, say) until the next garbage
+    collection; a kept function would keep the arrays.
+    """
     template = copy.copy(self)
     for name in _STATE:
       setattr(template, name, None)
     template._uniform_radius = None
+    template._draws_on_state = template._traced_variable_draw = None
+    plan = self._plan
     template._plan = dataclasses.replace(
         plan, point_radius=None if plan.point_radius is None else np.empty(0), mingling_values=None)
-    self._draws_on_state = _traced_draws(template)
-    # A refreshable thrower's draw, traced once on its variables (`refreshable`).
-    self._traced_variable_draw: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
+    return _traced_draws(template)
 
   def _pairwise_sq_distances(self, verbose: bool) -> tf.Tensor:
     """`[N * N]` shrunk squared distances (row-major), computed like the on-the-fly test."""
@@ -281,6 +298,9 @@ class DartThrower(BatchDrawer):
     live = copy.copy(self)
     if not self._plan.one_radius:
       live._uniform_radius = None
+    if self._one_disk_radius and not (self._plan.one_radius or self._plan.one_disk_radius):
+      live._one_disk_radius = False
+      live._draws_on_state = live._configuration_trace()
     state = {**live._trace_state(), "radius_scale": tf.constant(self.radius_scale, tf.float32)}
     with tf.device("CPU:0"):
       live._variables = {name: tf.Variable(value, trainable=False) for name, value in state.items()}
@@ -642,25 +662,38 @@ class DartThrower(BatchDrawer):
     width = tf.reduce_max(count)
     columns = accepted[:, :width]
     occupied = tf.range(width)[None, :] < count[:, None]
-    if self._uniform_radius is None or not self._survival_in_one_pass:
+    if not (self._one_disk_radius and self._survival_in_one_pass):
       hits = self._conflicts(darts, columns, radius_scale)
       return tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[:, None, :]), axis=2))
-    # One radius, large batches: the distance test is most of the draw. A dart that repeats an
-    # accepted point is rejected without one (darts by mingling value repeat the few points of
-    # the rare values often); for the others, one pass over their distances (the minimum)
-    # replaces the identity test, the comparison, the mask and the reduction.
+    # One disk radius, large batches: the distance test is most of the draw. A dart that repeats
+    # an accepted point is rejected without one (darts by mingling value repeat the few points of
+    # the rare values often), and one without a disk conflicts with nothing else; for the others,
+    # one pass over their distances to the accepted points with a disk (the minimum) replaces the
+    # identity test, the comparison, the mask and the reduction.
     fresh = self._not_accepted(darts, columns, occupied)
-    rank = tf.cumsum(tf.cast(fresh, tf.int32), axis=1)
+    if self._uniform_radius is None:
+      tested = tf.logical_and(fresh, tf.gather(self._point_radius, darts) > 0.0)
+      blocking = tf.logical_and(occupied, tf.gather(self._point_radius, columns) > 0.0)
+    else:
+      tested, blocking = fresh, occupied
+    rank = tf.cumsum(tf.cast(tested, tf.int32), axis=1)
     tested_width = tf.reduce_max(rank[:, -1])
-    slots = tf.where(fresh, rank - 1, tested_width)
-    sq_dist = self._sq_distances_between(self._compacted(darts, slots, tested_width), columns)
-    if self.steps_per_draw > 1:
-      sq_dist = tf.where(occupied[:, None, :], sq_dist, np.inf)
-    # (A minimum over no columns is +inf: nothing accepted blocks nothing. Radius 0: no disks.)
-    sq_radius = tf.square(self._uniform_radius * radius_scale)
+    slots = tf.where(tested, rank - 1, tested_width)
+    tested_darts = self._compacted(darts, slots, tested_width)
+    sq_dist = self._sq_distances_between(tested_darts, columns)
+    if self.steps_per_draw > 1 or self._uniform_radius is None:
+      sq_dist = tf.where(blocking[:, None, :], sq_dist, np.inf)
+    # (The tested darts and the accepted points they are tested against all have the one disk
+    # radius. A minimum over no columns is +inf: nothing accepted blocks nothing. Radius 0: no disks.)
+    if self._uniform_radius is None:
+      sq_radius = tf.square(radius_scale * tf.gather(self._point_radius, tested_darts))
+    else:
+      sq_radius = tf.square(self._uniform_radius * radius_scale)
     clear = tf.logical_or(tf.reduce_min(sq_dist, axis=2) >= sq_radius, sq_radius <= 0.0)
-    # The repeats read the padding slot, False.
-    return tf.gather(tf.pad(clear, [[0, 0], [0, 1]]), slots, batch_dims=1)
+    # The darts not tested read the padding slot, False: a repeat does not survive, a fresh dart
+    # without a disk does.
+    return tf.logical_or(tf.gather(tf.pad(clear, [[0, 0], [0, 1]]), slots, batch_dims=1),
+                         tf.logical_and(fresh, tf.logical_not(tested)))
 
   def _compacted(self, values: tf.Tensor, slots: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
     """`[S, width]`: each step's `values` (`[S, n]` int32) moved to their `slots` (slot `width`: dropped).

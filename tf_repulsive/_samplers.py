@@ -180,7 +180,7 @@ class EasyPDS(_MinglingPDS):
     del num_points
     return _dart_throwing.DartPlan(
         point_radius=np.where(mingling_values == 0, radius, 0.0), pi=None, mingling_values=None,
-        num_mingling_values=0, max_darts=_dart_budget(self.max_darts, batch_size))
+        num_mingling_values=0, max_darts=_dart_budget(self.max_darts, batch_size), one_disk_radius=True)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

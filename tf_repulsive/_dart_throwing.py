@@ -268,7 +268,8 @@ class DartThrower(BatchDrawer):
     for name in _STATE:
       setattr(template, name, None)
     template._uniform_radius = None
-    template._draws_on_state = template._traced_variable_draw = None
+    for name in ("_draws_on_state", "_traced_variable_draw"):
+      vars(template).pop(name, None)
     plan = self._plan
     template._plan = dataclasses.replace(
         plan, point_radius=None if plan.point_radius is None else np.empty(0), mingling_values=None)

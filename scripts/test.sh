@@ -13,5 +13,6 @@ cd "$(dirname "$0")/.."
 .venv/bin/python scripts/check_api_docs.py docs/_build/html
 ./scripts/check_wheel.sh
 # --dist loadfile: a module's tests share one process, so its module fixtures (servers, subprocess
-# runs) are set up once.
-exec .venv/bin/python -m pytest -q -n 2 --dist loadfile "$@"
+# runs) are set up once. --max-worker-restart=0: a process that crashes fails the run at once;
+# pytest-xdist's loadfile scheduling can wait forever after replacing a crashed process.
+exec .venv/bin/python -m pytest -q -n 2 --dist loadfile --max-worker-restart=0 "$@"

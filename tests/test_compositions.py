@@ -241,7 +241,9 @@ def test_a_callback_left_out_of_fit_does_not_start_the_stream():
   tf_repulsive.AnnealingCallback(batcher)  # built, but not given to fit
   trained = []
   counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: trained.append(batch))
-  with pytest.raises(tf.errors.InvalidArgumentError, match="does not know its first step"):
+  # Its first batch is the one a model build may take unstarted; the second names the fix.
+  with pytest.raises(tf.errors.InvalidArgumentError, match="the stream that trains was never started: add "
+                     r"tf_repulsive.AnnealingCallback\(batcher\)"):
     _model().fit(stream, steps_per_epoch=5, verbose=0, callbacks=[counter])
   # At most the one batch a model build under a distribution strategy would take.
   assert len(trained) <= 1
@@ -254,7 +256,7 @@ def test_the_build_probe_gives_one_batch_and_a_start_replaces_it():
   batcher.allow_build_probe()
   iterator = iter(stream)
   np.testing.assert_array_equal(next(iterator)[1], batcher.batch_indices(0))
-  with pytest.raises(tf.errors.InvalidArgumentError, match="does not know its first step"):
+  with pytest.raises(tf.errors.InvalidArgumentError, match="delivers one batch only"):
     next(iterator)
   batcher.allow_build_probe()
   batcher.start_at(7)

@@ -51,6 +51,15 @@ _NO_START_MESSAGE = (
     "stream at the optimizer's step, also when training resumes). In a custom training loop call "
     "batcher.start_at(int(optimizer.iterations)) before each new iterator, e.g. before each epoch's "
     "`for batch in stream.take(batcher.steps_per_epoch)`.")
+# A probe stream asked for its second batch. Under a distribution strategy this is logged at every
+# fit, by the prefetch of the stream Keras drops, so the message says when it is harmless.
+_PROBE_ENDED_MESSAGE = (
+    "repulsive_batch: this stream began unstarted, and such a stream delivers one batch only: the "
+    "batch of step 0 that Keras' fit takes under a distribution strategy to build the model before "
+    "any callback runs. Logged while training goes on, this is the prefetch of that dropped stream, "
+    "and harmless. If it stops training, the stream that trains was never started: add "
+    "tf_repulsive.AnnealingCallback(batcher) (or BatchStreamCallback) to fit's callbacks, or in a "
+    "custom training loop call batcher.start_at(int(optimizer.iterations)) before each new iterator.")
 _BEGUN_AGAIN_MESSAGE = (
     "repulsive_batch: a new stream of this batcher began at its fixed start_step, after an earlier "
     "stream in this process delivered the batches of later steps: it would hand out those steps' "
@@ -848,8 +857,9 @@ class RepulsiveBatcher:
           return tf.stack([tf.maximum(value, 0), tf.cast(probe, tf.int64)])
 
       stream = tf.cond(stream[0] < 0, read_start, lambda: stream)
-      # A probe stream has one batch; asking for more is asking an unstarted stream.
-      within = tf.debugging.Assert(tf.logical_or(tf.equal(stream[1], 0), tf.equal(offset, 0)), [_NO_START_MESSAGE])
+      # A probe stream has one batch.
+      within = tf.debugging.Assert(tf.logical_or(tf.equal(stream[1], 0), tf.equal(offset, 0)),
+                                   [_PROBE_ENDED_MESSAGE])
       with tf.control_dependencies([within]):
         return stream, (tf.identity(stream), offset)
 

@@ -54,7 +54,8 @@ def main(argv):
     if len(features) != len(labels):
       raise app.UsageError(f"{path} holds {len(features)} rows, the {_DATASET.value} training set {len(labels)}")
     batcher = tf_repulsive.repulsive_batch(_BATCH_SIZE.value, tf_repulsive.VanillaPDS(radius="auto"), seed=0,
-                                           start_step=0, verbose=False)
+                                           start_step=0,
+                                           options=tf_repulsive.BatcherOptions(verbose=False))
     tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
     counts = sum(np.bincount(labels[batcher.batch_indices(step)], minlength=classes) for step in range(_BATCHES))
     ratios = counts / counts.sum() / dataset_share

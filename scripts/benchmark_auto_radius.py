@@ -50,7 +50,8 @@ def datasets(speech_dir):
 
 def build(x, y, batch_size, sampler):
   start = time.perf_counter()
-  batcher = tf_repulsive.repulsive_batch(batch_size, sampler, seed=1, start_step=0, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(batch_size, sampler, seed=1, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
     batches = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))

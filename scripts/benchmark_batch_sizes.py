@@ -138,7 +138,7 @@ def main(argv):
       pipelines["shuffle + batch"] = source.shuffle(len(features)).batch(batch_size).repeat()
       for name in _SAMPLERS.value:
         batcher = tf_repulsive.repulsive_batch(batch_size, _SAMPLERS_BY_NAME[name](radius), seed=0, start_step=None,
-                                               verbose=False)
+                                               options=tf_repulsive.BatcherOptions(verbose=False))
         start = time.perf_counter()
         pipelines[name] = source.apply(batcher)
         builds[name], batchers[name] = time.perf_counter() - start, batcher

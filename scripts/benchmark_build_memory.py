@@ -7,7 +7,7 @@ the user's arrays and `from_tensor_slices` dataset exist; then the peak resident
 (`/proc/self/clear_refs`) and the pipeline is built and its first batch drawn. Printed: the peak
 above the baseline and the steady state (after the build, garbage collected) as multiples of
 "data" = bytes of the elements + bytes of the feature vectors where they are an array of their
-own (a `feature_fn`'s; the default features of float32 x are x's array) (the bounds the package
+own (a `features` function's; the default features of float32 x are x's array) (the bounds the package
 keeps: peak <= 2x, steady <= 1.2x).
 """
 
@@ -53,9 +53,9 @@ def measure(name):
   with open("/proc/self/clear_refs", "w") as clear:
     clear.write("5")
   start = time.perf_counter()
-  batcher = tf_repulsive.repulsive_batch(
-      50, getattr(tf_repulsive, sampler_name)(), seed=0, start_step=0, verbose=False,
-      feature_fn=(lambda x, y: x[:feature_width]) if feature_width < width else None)
+  batcher = tf_repulsive.repulsive_batch(50, getattr(tf_repulsive, sampler_name)(), seed=0, start_step=0,
+                                         features=(lambda x, y: x[:feature_width]) if feature_width < width else None,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   next(iter(dataset.apply(batcher)))
   seconds = time.perf_counter() - start
   peak = _status_kib("VmHWM")

@@ -75,7 +75,8 @@ def measure(name):
     print(f"  scikit-learn exhaustive search (the previous implementation): {time.perf_counter() - start:.1f} s")
 
   dataset = tf.data.Dataset.from_tensor_slices((features, labels))
-  batcher = tf_repulsive.repulsive_batch(50, tf_repulsive.AnnealPDS(), seed=0, start_step=0, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(50, tf_repulsive.AnnealPDS(), seed=0, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   start = time.perf_counter()
   batches = dataset.apply(batcher)
   next(iter(batches))

@@ -52,10 +52,11 @@ def main(argv):
   print(f"N = {_NUM_POINTS.value}, d = {_DIM.value} (embedding 256), k = {_BATCH_SIZE.value}, radius auto")
   for name, sampler in (("vanilla_pds", tf_repulsive.VanillaPDS(radius="auto")),
                         ("anneal_pds", tf_repulsive.AnnealPDS(radius="auto"))):
-    fixed = tf_repulsive.repulsive_batch(_BATCH_SIZE.value, sampler, seed=0, start_step=0, verbose=False)
+    fixed = tf_repulsive.repulsive_batch(_BATCH_SIZE.value, sampler, seed=0, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
     space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), refresh_every=10**9, verbose=False)
-    refreshed = tf_repulsive.repulsive_batch(_BATCH_SIZE.value, sampler, seed=0, start_step=0, model_space=space,
-                                             verbose=False)
+    refreshed = tf_repulsive.repulsive_batch(_BATCH_SIZE.value, sampler, seed=0, start_step=0, features=space,
+                                             options=tf_repulsive.BatcherOptions(verbose=False))
     began = time.perf_counter()
     refreshed_stream = data.apply(refreshed)
     build = time.perf_counter() - began
@@ -88,7 +89,8 @@ def _training_share():
   space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=_REFRESH_EVERY.value,
                                   verbose=False)
   batcher = tf_repulsive.repulsive_batch(_BATCH_SIZE.value, tf_repulsive.VanillaPDS(radius="auto"), seed=0,
-                                         model_space=space, verbose=False)
+                                         features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   began = time.perf_counter()
   batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   build = time.perf_counter() - began

@@ -72,7 +72,8 @@ CASES = {
 
 def _build(x, y, k, sampler_name, radius, seed=1):
   sampler = getattr(tf_repulsive, sampler_name)(radius=radius)
-  batcher = tf_repulsive.repulsive_batch(k, sampler, seed=seed, start_step=0, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(k, sampler, seed=seed, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   start = time.perf_counter()
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)

@@ -66,8 +66,8 @@ print("ready", flush=True)
 sys.stdin.readline()  # the orchestrator has read the resident memory before the stream
 sampler = {"uniform": tf_repulsive.Uniform, "vanilla_pds": tf_repulsive.VanillaPDS,
            "anneal_pds": tf_repulsive.AnnealPDS}[sampler_name]()
-batcher = tf_repulsive.repulsive_batch(int(batch_size), sampler, seed=0, start_step=0,
-                                       data_dir=None if data_dir == "-" else data_dir)
+options = tf_repulsive.BatcherOptions(data_dir=None if data_dir == "-" else data_dir)
+batcher = tf_repulsive.repulsive_batch(int(batch_size), sampler, seed=0, start_step=0, options=options)
 start = time.perf_counter()
 stream = tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
 build = time.perf_counter() - start

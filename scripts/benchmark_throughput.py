@@ -73,7 +73,7 @@ def shuffle_batch(features, labels):
 
 def repulsive(features, labels, name, start_step=0):
   batcher = tf_repulsive.repulsive_batch(_BATCH_SIZE, _SAMPLERS_BY_NAME[name](), seed=0, start_step=start_step,
-                                         verbose=False)
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   start = time.perf_counter()
   dataset = tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
   build = time.perf_counter() - start

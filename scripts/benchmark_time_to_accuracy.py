@@ -47,7 +47,8 @@ def _sampler(spec: str) -> tf_repulsive.Sampler:
 def step_costs(spec: str, x_train: np.ndarray, y_train: np.ndarray) -> tuple[float, float]:
   """(ms per drawn batch, ms per training step) of one sampler."""
   def stream():
-    batcher = tf_repulsive.repulsive_batch(50, _sampler(spec), seed=0, start_step=0, verbose=False)
+    batcher = tf_repulsive.repulsive_batch(50, _sampler(spec), seed=0, start_step=0,
+                                           options=tf_repulsive.BatcherOptions(verbose=False))
     return tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)
 
   iterator = iter(stream())

@@ -60,9 +60,8 @@ def build(sampler_name, pipeline_name, set_start=True):
   features = (data.data[:NUM_POINTS] / 16.0).astype(np.float32)
   labels = data.target[:NUM_POINTS].astype(np.int64)
   fixed = sampler_name in FIXED_START
-  batcher = tf_repulsive.repulsive_batch(
-      BATCH, SAMPLERS[sampler_name](), label_fn=lambda x, y, index: y, seed=7,
-      start_step=0 if fixed else None)
+  batcher = tf_repulsive.repulsive_batch(BATCH, SAMPLERS[sampler_name](), labels=lambda x, y, index: y, seed=7,
+                                         start_step=0 if fixed else None)
   dataset = tf.data.Dataset.from_tensor_slices((features, labels, np.arange(NUM_POINTS)))
   with warnings.catch_warnings():
     # Some of these batch sizes are near the packing limit: the build-time fill warning is expected.

@@ -35,7 +35,8 @@ def pairwise_distances(points: np.ndarray) -> np.ndarray:
 
 def draw_steps(x, y, batch_size, sampler, seed=0, steps=200):
   """The batcher and its first `steps` batches (points, labels)."""
-  batcher = tf_repulsive.repulsive_batch(batch_size, sampler, seed=seed, start_step=0, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(batch_size, sampler, seed=seed, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   return batcher, list(batches.take(steps).as_numpy_iterator())
 

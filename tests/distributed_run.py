@@ -45,8 +45,9 @@ def large_dataset():
 
 
 def batcher_for(sampler, start_step=0, batch_size=BATCH, data_dir=None):
-  return tf_repulsive.repulsive_batch(batch_size, sampler, label_fn=lambda x, y, index: y, seed=SEED,
-                                      start_step=start_step, data_dir=data_dir)
+  return tf_repulsive.repulsive_batch(batch_size, sampler, labels=lambda x, y, index: y, seed=SEED,
+                                      start_step=start_step,
+                                      options=tf_repulsive.BatcherOptions(data_dir=data_dir))
 
 
 def _check_error(batcher, target, timeout=60.0):

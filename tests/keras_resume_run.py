@@ -55,12 +55,12 @@ def batcher_for(sampler_name, model=None, refreshes=None):
   if sampler_name == MODEL_SPACE:
     space = tf_repulsive.ModelSpace(model, HiddenFeatures(), refresh_every=REFRESH_EVERY, directory=refreshes,
                                     verbose=False)
-    return tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, name=sampler_name,
-                                        model_space=space, inclusion_weights=True, verbose=False)
-  return tf_repulsive.repulsive_batch(BATCH, checkpoint_cases.SAMPLERS[sampler_name](), seed=SEED, name=sampler_name)
+    return tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, features=space,
+                                        inclusion_weights=True, options=tf_repulsive.BatcherOptions(verbose=False))
+  return tf_repulsive.repulsive_batch(BATCH, checkpoint_cases.SAMPLERS[sampler_name](), seed=SEED)
 
 
-class HiddenFeatures(tf_repulsive.ModelFeatures):
+class HiddenFeatures(tf_repulsive.FeatureSource):
   """The fingerprint model's hidden activations."""
 
   def features_fn(self, model):
@@ -126,7 +126,7 @@ def train(phase, order, workdir):
       lambda *elements: (tuple(element[0] if len(element) == 2 else element[2][:, None] * element[0]
                                for element in elements), elements[0][1])).prefetch(2)
   backup = keras.callbacks.BackupAndRestore(backup_dir, save_freq=SAVE_FREQ)
-  aligning = [tf_repulsive.AnnealingCallback(b) for b in batchers]
+  aligning = [tf_repulsive.AnnealingCallback(b, name=name) for b, name in zip(batchers, names)]
   callbacks = aligning + [backup] if order == "callback_first" else [backup] + aligning
   record = Record()
   crashed = os.path.join(workdir, "crashed")

@@ -58,7 +58,8 @@ def test_unknown_size_dataset_beyond_max_elements():
   endless = tf.data.Dataset.from_generator(
       lambda: itertools.repeat(np.zeros(3, np.float32)), output_signature=tf.TensorSpec([3], tf.float32))
   with pytest.raises(ValueError, match="max_elements"):
-    endless.apply(tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform(), max_elements=10_000))
+    endless.apply(tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform(),
+                                               options=tf_repulsive.BatcherOptions(max_elements=10_000)))
 
 
 def test_non_finite_features():
@@ -82,9 +83,9 @@ def test_features_of_varying_shape():
     varying.apply(tf_repulsive.repulsive_batch(2, tf_repulsive.Uniform()))
 
 
-def test_string_features_need_a_feature_fn():
+def test_string_features_need_a_features_function():
   names = tf.data.Dataset.from_tensor_slices((["a", "b", "c"], [0, 1, 0]))
-  with pytest.raises(TypeError, match="feature_fn"):
+  with pytest.raises(TypeError, match="`features` function"):
     names.apply(tf_repulsive.repulsive_batch(2, tf_repulsive.Uniform()))
 
 
@@ -118,7 +119,7 @@ def test_missing_labels(make):
 
 def test_float_labels():
   floats = tf.data.Dataset.from_tensor_slices((np.zeros((20, 2), np.float32), np.zeros(20, np.float32)))
-  with pytest.raises(TypeError, match="integer class ids.*label_fn"):
+  with pytest.raises(TypeError, match="integer class ids.*`labels` function"):
     floats.apply(tf_repulsive.repulsive_batch(5, tf_repulsive.EasyPDS()))
 
 
@@ -185,3 +186,49 @@ def test_a_fixed_start_cannot_be_moved():
 def test_not_a_dataset():
   with pytest.raises(TypeError, match="tf.data.Dataset"):
     tf_repulsive.repulsive_batch(5, tf_repulsive.Uniform())(np.zeros((10, 2)))
+
+
+@pytest.mark.parametrize("argument, value, names", [
+    ("feature_fn", lambda x, y: x, "`features="), ("label_fn", lambda x, y: y, "`labels="),
+    ("model_space", None, "ModelSpace as `features="), ("max_elements", 10, r"BatcherOptions\(max_elements="),
+    ("distance_cache_bytes", 0, r"BatcherOptions\(distance_cache_bytes="),
+    ("data_dir", "/tmp", r"BatcherOptions\(data_dir="),
+    ("verbose", False, r"BatcherOptions\(verbose="), ("name", "train", r"AnnealingCallback\(batcher, name=")])
+def test_a_removed_argument_names_its_replacement(argument, value, names):
+  with pytest.raises(TypeError, match=rf"repulsive_batch\(\) takes no `{argument}` argument: .*{names}"):
+    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), **{argument: value})
+
+
+@pytest.mark.parametrize("removed, replacement", [("ModelFeatures", "FeatureSource"),
+                                                  ("model_features", "compute_features")])
+def test_a_removed_name_names_its_replacement(removed, replacement):
+  with pytest.raises(AttributeError, match=f"no attribute '{removed}'.*tf_repulsive.{replacement}"):
+    getattr(tf_repulsive, removed)
+  with pytest.raises(AttributeError, match="no attribute 'Nothing'$"):
+    tf_repulsive.Nothing  # noqa: B018
+
+
+@pytest.mark.parametrize("options, error, match", [
+    (dict(max_elements=0), ValueError, "max_elements"), (dict(distance_cache_bytes=-1), ValueError, "distance_cache"),
+    (dict(verbose=1), TypeError, "verbose"), (dict(data_dir=3), TypeError, "data_dir"),
+    (dict(data_dir="gs://bucket/dir"), ValueError, "URL")])
+def test_batcher_options_are_checked_when_made(options, error, match):
+  with pytest.raises(error, match=match):
+    tf_repulsive.BatcherOptions(**options)
+
+
+def test_options_and_features_are_checked():
+  with pytest.raises(TypeError, match="`options` must be a tf_repulsive.BatcherOptions"):
+    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), options={"verbose": False})
+  with pytest.raises(TypeError, match="`features` must be None, a function of an element or a tf_repulsive.ModelSpace"):
+    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), features=np.zeros([10, 2]))
+  with pytest.raises(TypeError, match="`labels` must be a function"):
+    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), labels=np.zeros([10]))
+
+
+@pytest.mark.parametrize("callback", [tf_repulsive.BatchStreamCallback, tf_repulsive.AnnealingCallback])
+@pytest.mark.parametrize("name", ["", "2nd", "train-set", 3])
+def test_a_callback_name_must_prefix_log_keys(callback, name):
+  batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform())
+  with pytest.raises(ValueError, match="`name` must start with a letter"):
+    callback(batcher, name=name)

@@ -67,9 +67,9 @@ def test_a_dict_of_inputs_counts_every_key_not_the_first():
 
 
 @pytest.mark.parametrize("elements, argument", [
-    (lambda x, y: (x, y, y, y), "feature_fn` and `label_fn"),
-    (lambda x, y: (x, (y, y)), "nested.*label_fn"),
-    (lambda x, y: (np.array([str(v) for v in y]), y), "feature_fn"),
+    (lambda x, y: (x, y, y, y), "features` and `labels"),
+    (lambda x, y: (x, (y, y)), "nested.*labels=lambda"),
+    (lambda x, y: (np.array([str(v) for v in y]), y), "`features` function"),
 ])
 def test_elements_the_defaults_cannot_read_ask_for_the_function(elements, argument):
   x, y = _points()
@@ -92,7 +92,7 @@ def test_label_errors_are_short_and_name_the_arity_of_the_element():
   with pytest.raises(TypeError) as error:
     dataset.apply(tf_repulsive.repulsive_batch(20, tf_repulsive.EasyPDS()))
   message = str(error.value)
-  assert "label_fn=lambda x, y, sample_weight: tf.argmax(y)" in message
+  assert "labels=lambda x, y, sample_weight: tf.argmax(y)" in message
   assert len(message) < 400 and "autograph" not in message.lower()
 
 
@@ -192,7 +192,7 @@ def test_every_per_step_api_equals_what_the_stream_delivered(sampler_name):
 
   def build():
     batcher = tf_repulsive.repulsive_batch(batch_size, _ALL_SAMPLERS[sampler_name](), seed=5, start_step=0,
-                                           verbose=False)
+                                           options=tf_repulsive.BatcherOptions(verbose=False))
     return batcher, tf.data.Dataset.from_tensor_slices((x, y, np.arange(num_points))).apply(batcher)
 
   batcher, stream = build()
@@ -212,8 +212,10 @@ def test_batch_indices_in_a_fresh_process_equal_this_stream():
   x = rng.normal(size=(2000, 8)).astype(np.float32)
   y = rng.integers(0, 4, 2000).astype(np.int64)
   stream = tf.data.Dataset.from_tensor_slices((x, np.arange(2000), y)).apply(
-      tf_repulsive.repulsive_batch(128, tf_repulsive.DensePDS([1] * 6), seed=5, start_step=0, verbose=False,
-                                   feature_fn=lambda v, i, label: v, label_fn=lambda v, i, label: label))
+      tf_repulsive.repulsive_batch(128, tf_repulsive.DensePDS([1] * 6), seed=5, start_step=0,
+                                   features=lambda v, i, label: v,
+                                   labels=lambda v, i, label: label,
+                                   options=tf_repulsive.BatcherOptions(verbose=False)))
   delivered = np.stack([batch[1] for batch in stream.take(16).as_numpy_iterator()])
   script = (
       "import sys, numpy as np, tensorflow as tf, tf_repulsive\n"
@@ -339,14 +341,15 @@ def test_two_batchers_log_under_their_names_and_one_name_twice_is_refused():
     streams = [tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher) for batcher in (first, second)]
     return tf.data.Dataset.zip(tuple(streams)).map(lambda a, b: a)
 
-  train = tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS(), seed=0, name="train")
-  other = tf_repulsive.repulsive_batch(20, tf_repulsive.DensePDS([1] * 6), seed=0, name="other")
+  train = tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS(), seed=0)
+  other = tf_repulsive.repulsive_batch(20, tf_repulsive.DensePDS([1] * 6), seed=0)
   history = _model().fit(zipped(train, other), steps_per_epoch=5, verbose=0,
-                         callbacks=[tf_repulsive.AnnealingCallback(train), tf_repulsive.AnnealingCallback(other)])
+                         callbacks=[tf_repulsive.AnnealingCallback(train, name="train"),
+                                    tf_repulsive.AnnealingCallback(other, name="other")])
   assert history.history["train_pi_0"] != history.history["other_pi_0"]
   first = tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS(), seed=0)
   second = tf_repulsive.repulsive_batch(20, tf_repulsive.DensePDS([1] * 6), seed=0)
-  with pytest.raises(ValueError, match=r"two batchers named 'sampler'.*name="):
+  with pytest.raises(ValueError, match=r"two batchers named 'sampler'.*AnnealingCallback\(batcher, name="):
     _model().fit(zipped(first, second), steps_per_epoch=5, verbose=0,
                  callbacks=[tf_repulsive.AnnealingCallback(first), tf_repulsive.AnnealingCallback(second)])
 

@@ -27,8 +27,8 @@ def _digits():
 
 
 def _build(sampler, data_dir, dataset=_digits):
-  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, label_fn=lambda x, y, index: y, seed=11, start_step=0,
-                                         data_dir=data_dir, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, labels=lambda x, y, index: y, seed=11, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(data_dir=data_dir, verbose=False))
   return batcher, dataset().apply(batcher)
 
 
@@ -119,8 +119,9 @@ def test_the_files_are_mapped_one_draw_at_a_time_not_in_the_parallel_draw(tmp_pa
   The parallel map instantiates its function in each thread that starts a first call: the files
   are mapped upstream, in a map that runs one element at a time, and reach the draw as arguments.
   """
-  batcher = tf_repulsive.repulsive_batch(BATCH * 2, tf_repulsive.AnnealPDS(), label_fn=lambda x, y, index: y,
-                                         seed=11, start_step=0, data_dir=tmp_path, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH * 2, tf_repulsive.AnnealPDS(), labels=lambda x, y, index: y, seed=11,
+                                         start_step=0,
+                                         options=tf_repulsive.BatcherOptions(data_dir=tmp_path, verbose=False))
   if form == "apply":
     stream = _digits().apply(batcher)
   else:
@@ -215,18 +216,22 @@ def test_the_workers_check_refuses_what_it_cannot_check(tmp_path):
 
 def test_data_dir_refuses_what_it_cannot_map(tmp_path):
   with pytest.raises(ValueError, match="is a URL"):
-    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir="gs://bucket/data")
+    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(),
+                                 options=tf_repulsive.BatcherOptions(data_dir="gs://bucket/data"))
   with pytest.raises(TypeError, match="data_dir"):
-    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir=3)
+    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), options=tf_repulsive.BatcherOptions(data_dir=3))
   model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
   with pytest.raises(ValueError, match="model_space or data_dir, not both"):
-    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir=tmp_path,
-                                 model_space=tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), 10))
+    tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(),
+                                 features=tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), 10),
+                                 options=tf_repulsive.BatcherOptions(data_dir=tmp_path))
   words = tf.data.Dataset.from_tensor_slices((np.zeros((20, 2), np.float32), np.array(["a"] * 20)))
   with pytest.raises(ValueError, match="tf.string component"):
-    words.apply(tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir=tmp_path, start_step=0))
-  relative = tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), data_dir=os.path.relpath(tmp_path))
-  assert relative.data_dir == str(tmp_path)
+    words.apply(tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), start_step=0,
+                                             options=tf_repulsive.BatcherOptions(data_dir=tmp_path)))
+  relative = tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(),
+                                          options=tf_repulsive.BatcherOptions(data_dir=os.path.relpath(tmp_path)))
+  assert relative.options.data_dir == str(tmp_path)
 
 
 def test_feature_vectors_that_are_the_elements_are_held_once(tmp_path):
@@ -257,8 +262,9 @@ def test_dict_and_multi_input_elements_by_reference_are_the_drawn_elements(tmp_p
   label = np.arange(3000) % 10
   dataset = lambda: tf.data.Dataset.from_tensor_slices(  # noqa: E731
       ({"image": image, "extra": extra}, label))
-  batcher = tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(), seed=4, start_step=0, data_dir=tmp_path,
-                                         feature_fn=lambda x, y: x["image"], verbose=False)
+  batcher = tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(), seed=4, start_step=0,
+                                         features=lambda x, y: x["image"],
+                                         options=tf_repulsive.BatcherOptions(data_dir=tmp_path, verbose=False))
   stream = dataset().apply(batcher).map(lambda x, y: (x, y)).prefetch(2)
   iterator = iter(stream)
   for step in range(3):
@@ -268,5 +274,5 @@ def test_dict_and_multi_input_elements_by_reference_are_the_drawn_elements(tmp_p
     np.testing.assert_array_equal(x["extra"].numpy(), extra[rows])
     np.testing.assert_array_equal(y.numpy(), label[rows])
   assert len(batcher.data_files) >= 2 and _graph_bytes(dataset().apply(
-      tf_repulsive.repulsive_batch(50, tf_repulsive.Uniform(), seed=4, start_step=0, data_dir=tmp_path,
-                                   verbose=False))) < 1e6
+      tf_repulsive.repulsive_batch(50, tf_repulsive.Uniform(), seed=4, start_step=0,
+                                   options=tf_repulsive.BatcherOptions(data_dir=tmp_path, verbose=False)))) < 1e6

@@ -169,7 +169,8 @@ def test_gradient_variance_with_inclusion_weights_is_the_weighted_split_of_the_s
                                         variables="last_layer")
   gradients = diagnostics.per_example_gradients(model, _XENT, x, y, variables="last_layer")
   batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.VanillaPDS(radius="auto"), seed=0, start_step=0,
-                                         inclusion_weights=True, verbose=False)
+                                         inclusion_weights=True,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   tf.data.Dataset.from_tensor_slices((x.reshape(len(x), -1), y)).apply(batcher)
   draws = weighted.batches["vanilla"]
   np.testing.assert_array_equal(draws, plain.batches["vanilla"])
@@ -391,8 +392,10 @@ def digit_sweep(digits):
 
 def test_radius_sweep_measures_the_calibrated_radius_its_multiples_and_the_default(digits, digit_sweep):
   x, y = digits
-  auto = tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(radius="auto"), seed=0, start_step=0, verbose=False)
-  default = tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(), seed=0, start_step=0, verbose=False)
+  auto = tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(radius="auto"), seed=0, start_step=0,
+                                      options=tf_repulsive.BatcherOptions(verbose=False))
+  default = tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(), seed=0, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   for batcher in (auto, default):
     tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   by_label = {report.label: report for report in digit_sweep.reports}

@@ -232,16 +232,16 @@ def test_keras_fit_under_a_strategy_trains_each_step_on_its_refreshed_features()
   reference.set_weights(model.get_weights())
   source = tf_repulsive.GradientFeatures(projection_dim=32)
   space = tf_repulsive.ModelSpace(model, source, refresh_every=refresh_every, verbose=False)
-  batcher = tf_repulsive.repulsive_batch(run.BATCH, tf_repulsive.VanillaPDS(), seed=run.SEED, model_space=space,
-                                         verbose=False)
+  batcher = tf_repulsive.repulsive_batch(run.BATCH, tf_repulsive.VanillaPDS(), seed=run.SEED, features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   model.fit(points.apply(batcher), epochs=2, steps_per_epoch=steps // 2, verbose=0,
             callbacks=[tf_repulsive.BatchStreamCallback(batcher)])
-  assert batcher.refreshes_installed() == steps // refresh_every + 1
+  assert batcher.stats().refreshes == steps // refresh_every + 1
   key = tf.constant([run.SEED, _pipeline._KEY_SALT], tf.int64)  # pylint: disable=protected-access
   for step in range(steps):
     if step % refresh_every == 0:
       drawer = tf_repulsive.VanillaPDS().build(tf_repulsive.SamplingContext(
-          features=tf_repulsive.model_features(source, reference, x, y), labels=None, batch_size=run.BATCH,
+          features=tf_repulsive.compute_features(source, reference, x, y), labels=None, batch_size=run.BATCH,
           distance_cache_bytes=2**24, max_steps_per_draw=1))
     batch = drawer.draw(key, tf.constant(step, tf.int64))[0].numpy()[0]
     reference.train_on_batch(x[batch], y[batch])

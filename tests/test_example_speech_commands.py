@@ -344,7 +344,7 @@ def test_gradient_space_draws_on_the_models_gradients_of_the_clean_mfccs(tiny_da
   waveforms, labels = input_data.load_partition(index.partitions["training"], noise, config.audio, "training")
   keras.utils.set_random_seed(config.seed)
   initial = models.create_conv_model(config.audio.feature_shape, len(index.words_list))
-  expected = tf_repulsive.model_features(tf_repulsive.GradientFeatures(seed=config.seed), initial,
+  expected = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(seed=config.seed), initial,
                                          input_data.mfcc(tf.constant(waveforms), config.audio).numpy(), labels)
   with np.load(tmp_path / "run" / "refreshes" / "refresh-000000000.npz") as saved:
     np.testing.assert_allclose(saved["features"], expected, rtol=1e-4, atol=1e-6)

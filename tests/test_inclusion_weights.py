@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import tf_repulsive
 from tf_repulsive import _dart_throwing
-from tf_repulsive import _pipeline
+from tf_repulsive import _inclusion_weights
 from tf_repulsive import diagnostics
 
 NUM_POINTS, BATCH, SEED = 150, 8, 5
@@ -30,7 +30,7 @@ def _data():
 def _frequencies(batcher, num_steps):
   """Each element's share of the batches of `num_steps` steps from 10**6 on, and how many steps those are."""
   per_draw = batcher.drawer.steps_per_draw
-  draws = [batcher._draw_once(tf.constant(10**6 + first, tf.int64))[0].numpy()  # pylint: disable=protected-access
+  draws = [batcher._built.draw_once(tf.constant(10**6 + first, tf.int64))[0].numpy()  # pylint: disable=protected-access
            for first in range(0, num_steps, per_draw)]
   steps = len(draws) * per_draw
   return np.bincount(np.concatenate(draws).ravel(), minlength=NUM_POINTS) / steps, steps
@@ -49,7 +49,7 @@ def test_inclusion_probabilities_are_the_law_of_the_draws(sampler, monkeypatch):
   monkeypatch.setattr(_dart_throwing, "INCLUSION_STEPS", 4096)
   x, y = _data()
   batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, inclusion_weights=True,
-                                         verbose=False)
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   probabilities = batcher.inclusion_probabilities
   np.testing.assert_allclose(probabilities.sum(), BATCH, rtol=1e-9)
@@ -65,8 +65,8 @@ def test_inclusion_probabilities_are_the_law_of_the_draws(sampler, monkeypatch):
 
 def test_uniform_batches_are_weighted_one():
   x, y = _data()
-  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Uniform(), seed=SEED, start_step=0,
-                                         inclusion_weights=True, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Uniform(), seed=SEED, start_step=0, inclusion_weights=True,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   np.testing.assert_array_equal(batcher.inclusion_probabilities, np.full(NUM_POINTS, BATCH / NUM_POINTS))
   _, _, weights = next(iter(stream))
@@ -83,9 +83,9 @@ def test_the_stream_gives_each_element_its_weight_and_multiplies_given_sample_we
   given = np.linspace(0.5, 2.0, NUM_POINTS).astype(np.float64)
   sampler = tf_repulsive.VanillaPDS(radius=0.8)
   pairs = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=3, inclusion_weights=True,
-                                       verbose=False)
+                                       options=tf_repulsive.BatcherOptions(verbose=False))
   triples = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=3, inclusion_weights=True,
-                                         verbose=False)
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   pair_stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(pairs)
   triple_stream = tf.data.Dataset.from_tensor_slices((x, y, given)).apply(triples)
   assert pair_stream.element_spec[2] == tf.TensorSpec([BATCH], tf.float32)
@@ -105,7 +105,8 @@ def test_the_stream_gives_each_element_its_weight_and_multiplies_given_sample_we
 def test_replica_slices_carry_the_weights_of_the_global_batch():
   x, y = _data()
   batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(radius=0.8), seed=SEED, start_step=0,
-                                         inclusion_weights=True, verbose=False)
+                                         inclusion_weights=True,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2)
   slices = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher.per_replica(context)))
   for step in range(2):
@@ -124,7 +125,8 @@ def test_fit_minimises_the_weighted_loss():
     return built
 
   batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(radius=0.8), seed=SEED, start_step=0,
-                                         inclusion_weights=True, verbose=False)
+                                         inclusion_weights=True,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   trained = model()
   trained.fit(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher), steps_per_epoch=3, verbose=0)
   reference = model()
@@ -148,8 +150,9 @@ def test_a_refresh_estimates_the_probabilities_on_its_features(tmp_path):
   space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=2, directory=tmp_path,
                                   verbose=False)
   sampler = tf_repulsive.VanillaPDS(radius="auto")
-  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, model_space=space,
-                                         inclusion_weights=True, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, features=space,
+                                         inclusion_weights=True,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   stream = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
   for step in range(4):
     if step == 2:
@@ -159,9 +162,9 @@ def test_a_refresh_estimates_the_probabilities_on_its_features(tmp_path):
     # The estimate of a drawer built on this refresh's features (by the public contract, one step
     # per draw as a model-space stream draws).
     drawer = sampler.build(tf_repulsive.SamplingContext(
-        features=tf_repulsive.model_features(tf_repulsive.GradientFeatures(), model, x, y, verbose=False),
+        features=tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y, verbose=False),
         labels=None, batch_size=BATCH, distance_cache_bytes=2**24, max_steps_per_draw=1))
-    key = tf.constant([SEED, _pipeline._INCLUSION_SALT], tf.int64)  # pylint: disable=protected-access
+    key = tf.constant([SEED, _inclusion_weights.INCLUSION_SALT], tf.int64)  # pylint: disable=protected-access
     np.testing.assert_allclose(batcher.inclusion_probabilities, drawer.inclusion_probabilities(key, False),
                                rtol=1e-6)
     np.testing.assert_allclose(weights.numpy(), _expected_weights(batcher, step), rtol=1e-5)
@@ -181,7 +184,7 @@ def test_elements_and_samplers_that_cannot_be_weighted_are_refused_before_readin
       tf.data.Dataset.from_tensor_slices(elements).apply(batcher)
   for sampler in (tf_repulsive.AnnealPDS(), tf_repulsive.KDPP()):
     batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, inclusion_weights=True,
-                                           verbose=False)
+                                           options=tf_repulsive.BatcherOptions(verbose=False))
     with pytest.raises(ValueError, match=type(sampler).__name__):
       tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
 

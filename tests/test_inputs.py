@@ -48,20 +48,20 @@ def test_dict_features_are_the_one_numeric_component_besides_the_label():
     assert pairwise_distances(batch["x"]).min() >= radius
 
 
-def test_ambiguous_dict_features_ask_for_feature_fn_and_list_the_keys():
+def test_ambiguous_dict_features_ask_for_a_features_function_and_list_the_keys():
   x, y = _points()
   dataset = tf.data.Dataset.from_tensor_slices({"image": x, "label": y, "id": np.arange(len(y))})
-  with pytest.raises(ValueError, match=r"keys \['id', 'image', 'label'\].*'id' and 'image'.*feature_fn"):
+  with pytest.raises(ValueError, match=r"keys \['id', 'image', 'label'\].*'id' and 'image'.*features=lambda"):
     dataset.apply(tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS()))
-  batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), feature_fn=lambda e: e["image"])
+  batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), features=lambda e: e["image"])
   dataset.apply(batcher)
   assert batcher.stats().report["radius"] == pytest.approx(_radius.half_median_distance(x))
 
 
-def test_dict_without_a_label_key_asks_for_label_fn():
+def test_dict_without_a_label_key_asks_for_a_labels_function():
   x, y = _points()
   dataset = tf.data.Dataset.from_tensor_slices({"x": x, "class_id": y})
-  with pytest.raises(ValueError, match=r"no 'label' key: pass `label_fn`"):
+  with pytest.raises(ValueError, match=r"no 'label' key: pass `labels`"):
     dataset.apply(tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS()))
 
 
@@ -130,7 +130,8 @@ def test_endless_inputs_of_unknown_size_fail_before_reading(endless):
   dataset = endless(tf.data.Dataset.from_tensor_slices((x, y)))
   assert dataset.cardinality() == tf.data.UNKNOWN_CARDINALITY
   with pytest.raises(ValueError, match=r"endless: an infinite repeat upstream.*take\(n\)"):
-    dataset.apply(tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), max_elements=100_000))
+    dataset.apply(tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(),
+                                               options=tf_repulsive.BatcherOptions(max_elements=100_000)))
 
 
 @pytest.mark.parametrize("randomise, found", [
@@ -154,7 +155,7 @@ def test_a_feature_fn_with_random_ops_is_refused_seeded_or_not(seed):
   tf.random.set_seed(None)
   x, y = _points()
   batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.VanillaPDS(), start_step=0,
-                                         feature_fn=lambda x, y: x + tf.random.normal([4], seed=seed))
+                                         features=lambda x, y: x + tf.random.normal([4], seed=seed))
   with pytest.raises(ValueError, match=r"random op \(RandomStandardNormal\) in a dataset function"):
     tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
 
@@ -165,8 +166,9 @@ def test_list_files_is_refused_unless_it_keeps_its_order(tmp_path):
     (tmp_path / f"{name}.txt").write_text(name * 3)
 
   def batcher():
-    return tf_repulsive.repulsive_batch(2, tf_repulsive.Uniform(), start_step=0, verbose=False,
-                                        feature_fn=lambda path: tf.strings.length(path))
+    return tf_repulsive.repulsive_batch(2, tf_repulsive.Uniform(), start_step=0,
+                                        features=lambda path: tf.strings.length(path),
+                                        options=tf_repulsive.BatcherOptions(verbose=False))
 
   with pytest.raises(ValueError, match=r"list_files\(pattern, shuffle=False\)"):
     tf.data.Dataset.list_files(str(tmp_path / "*.txt")).apply(batcher())
@@ -185,7 +187,8 @@ def test_seeded_order_and_constant_seeded_values_upstream_are_read_alike_in_ever
     dataset = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(300, seed=5)
                .map(lambda x, y: (x + tf.random.stateless_uniform([4], [1, 2]), y))
                .map(lambda x, y: (2 * x, y), num_parallel_calls=2, deterministic=True).with_options(options))
-    batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.VanillaPDS(), start_step=0, verbose=False)
+    batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.VanillaPDS(), start_step=0,
+                                           options=tf_repulsive.BatcherOptions(verbose=False))
     dataset.apply(batcher)
     return batcher.elements
 
@@ -205,7 +208,7 @@ def test_inputs_that_may_end_are_read():
 def test_known_size_beyond_max_elements_fails_before_reading():
   with pytest.raises(ValueError, match=r"has 1000 elements, more than `max_elements` = 10"):
     tf.data.Dataset.range(1000).map(lambda i: tf.cast(i, tf.float32)).apply(
-        tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), max_elements=10))
+        tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), options=tf_repulsive.BatcherOptions(max_elements=10)))
 
 
 def _generated(size):
@@ -227,13 +230,15 @@ def test_long_one_time_work_shows_progress_unless_verbose_is_false(monkeypatch, 
   printed = capsys.readouterr().err
   for step in shown:
     assert f"tf_repulsive: {step}" in printed
-  tf.data.Dataset.from_tensor_slices((x, y)).apply(tf_repulsive.repulsive_batch(4, sampler, verbose=False))
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(tf_repulsive.repulsive_batch(4, sampler,
+                                                                                options=tf_repulsive.BatcherOptions(verbose=False)))
   assert "tf_repulsive" not in capsys.readouterr().err
 
 
 def test_reading_an_input_of_unknown_size_shows_the_bound(monkeypatch, capsys):
   monkeypatch.setattr(_progress, "DELAY_SECONDS", 0.0)
-  _generated(300).apply(tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), max_elements=5000))
+  _generated(300).apply(tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(),
+                                                     options=tf_repulsive.BatcherOptions(max_elements=5000)))
   assert "size unknown; at most max_elements = 5000" in capsys.readouterr().err
 
 
@@ -245,7 +250,7 @@ def test_short_one_time_work_prints_nothing(capsys):
 
 def test_verbose_must_be_a_bool():
   with pytest.raises(TypeError, match="`verbose` must be True or False"):
-    tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), verbose=1)
+    tf_repulsive.repulsive_batch(4, tf_repulsive.Uniform(), options=tf_repulsive.BatcherOptions(verbose=1))
 
 
 class _UniformReadingLabels(tf_repulsive.Uniform):

@@ -24,8 +24,7 @@ def _exact_subset_probabilities():
 
 def _subset_counts(sampler, draws):
   indices = tf.data.Dataset.from_tensor_slices(np.arange(len(POINTS)))
-  batcher = tf_repulsive.repulsive_batch(
-      K, sampler, feature_fn=lambda i: tf.gather(POINTS, i), seed=11, start_step=0)
+  batcher = tf_repulsive.repulsive_batch(K, sampler, features=lambda i: tf.gather(POINTS, i), seed=11, start_step=0)
   # Many independent draws, fast: the stream's steps are drawn in parallel.
   batches = indices.apply(batcher).take(draws)
   subsets, _ = _exact_subset_probabilities()

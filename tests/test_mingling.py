@@ -160,10 +160,12 @@ def test_clustered_search_ends_exhaustive_when_agreement_cannot_be_reached(clust
 def test_stats_report_the_agreement_of_mingling_values(digits):
   features, labels = digits
   dataset = tf.data.Dataset.from_tensor_slices((features, labels))
-  easy = tf_repulsive.repulsive_batch(20, tf_repulsive.EasyPDS(), seed=0, verbose=False)
+  easy = tf_repulsive.repulsive_batch(20, tf_repulsive.EasyPDS(), seed=0,
+                                      options=tf_repulsive.BatcherOptions(verbose=False))
   dataset.apply(easy)
   assert easy.stats().report["mingling_agreement"] == 1.0 and "target_gap" not in easy.stats().report
-  vanilla = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), seed=0, verbose=False)
+  vanilla = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), seed=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   dataset.apply(vanilla)
   assert set(vanilla.stats().report) == {"radius"}
 
@@ -255,9 +257,10 @@ def _step_dataset(num_points=3000):
 
 def test_dense_pds_on_targets_draws_only_the_values_pi_weights():
   features, targets, dataset = _step_dataset()
-  batcher = tf_repulsive.repulsive_batch(
-      20, tf_repulsive.DensePDS([0, 1, 1, 1, 1, 1], radius=0.0, target_gap_quantile=0.9), seed=0, start_step=0,
-      verbose=False)
+  batcher = tf_repulsive.repulsive_batch(20,
+                                         tf_repulsive.DensePDS([0, 1, 1, 1, 1, 1], radius=0.0, target_gap_quantile=0.9),
+                                         seed=0, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   stream = iter(dataset.apply(batcher))
   values = batcher.drawer.groups.of_points
   assert batcher.stats().report["target_gap"] > 0
@@ -272,7 +275,8 @@ def test_dense_pds_on_targets_draws_only_the_values_pi_weights():
 def test_easy_pds_on_targets_favours_the_points_beside_the_step():
   features, _, dataset = _step_dataset()
   batcher = tf_repulsive.repulsive_batch(30, tf_repulsive.EasyPDS(radius="auto", target_gap_quantile=0.9), seed=0,
-                                         start_step=0, verbose=False)
+                                         start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   dataset.apply(batcher)
   beside = np.abs(features[:, 0]) < 0.05
   drawn = np.concatenate([batcher.batch_indices(step) for step in range(100)])

@@ -34,7 +34,7 @@ def test_gradient_features_are_the_last_layer_gradients(activation, loss):
   """Exact case (3 x 7 <= 256 entries): the same inner products as the per-example gradients of the last layer."""
   model = _classifier(activation=activation)
   x, y = _data()
-  features = tf_repulsive.model_features(tf_repulsive.GradientFeatures(), model, x, y)
+  features = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y)
   gradients = diagnostics.per_example_gradients(model, loss, x, y, variables="last_layer")
   assert features.shape == (_N, 3 * 7)
   np.testing.assert_allclose(_gram(features), _gram(gradients), rtol=1e-4, atol=1e-5)
@@ -43,7 +43,7 @@ def test_gradient_features_are_the_last_layer_gradients(activation, loss):
 def test_gradient_features_of_a_sigmoid_output_are_its_gradients():
   model = _classifier(output_units=1, activation="sigmoid")
   x, y = _data(classes=2)
-  features = tf_repulsive.model_features(tf_repulsive.GradientFeatures(), model, x, y)
+  features = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y)
   loss = keras.losses.BinaryCrossentropy(reduction=None)
   gradients = diagnostics.per_example_gradients(model, lambda t, p: loss(t[:, None], p),
                                                 x, y.astype(np.float32), variables="last_layer")
@@ -58,8 +58,8 @@ def test_projected_gradient_features_keep_the_inner_products():
   """
   model = _classifier(output_units=10, hidden=2000)  # 10 x 2001 entries
   x, y = _data(classes=10)
-  exact = _gram(tf_repulsive.model_features(tf_repulsive.GradientFeatures(projection_dim=20010), model, x, y))
-  projected = tf_repulsive.model_features(tf_repulsive.GradientFeatures(projection_dim=16384), model, x, y)
+  exact = _gram(tf_repulsive.compute_features(tf_repulsive.GradientFeatures(projection_dim=20010), model, x, y))
+  projected = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(projection_dim=16384), model, x, y)
   assert projected.shape == (_N, 16384)
   norms = np.sqrt(np.diag(exact))
   assert np.all(np.abs(_gram(projected) - exact) <= 0.12 * np.outer(norms, norms))
@@ -68,7 +68,7 @@ def test_projected_gradient_features_keep_the_inner_products():
 def test_projection_is_fixed_by_its_seed():
   model = _classifier()
   x, y = _data()
-  first, again, other = (tf_repulsive.model_features(tf_repulsive.GradientFeatures(projection_dim=8, seed=seed),
+  first, again, other = (tf_repulsive.compute_features(tf_repulsive.GradientFeatures(projection_dim=8, seed=seed),
                                                      model, x, y) for seed in (1, 1, 2))
   assert first.shape == (_N, 8)
   np.testing.assert_array_equal(first, again)
@@ -79,7 +79,7 @@ def test_embedding_features_are_the_last_layers_input_in_inference_mode():
   model = _classifier()
   x, _ = _data()
   hidden = np.tanh(x @ model.layers[0].kernel.numpy() + model.layers[0].bias.numpy())  # dropout off
-  np.testing.assert_allclose(tf_repulsive.model_features(tf_repulsive.EmbeddingFeatures(), model, x, chunk_size=7),
+  np.testing.assert_allclose(tf_repulsive.compute_features(tf_repulsive.EmbeddingFeatures(), model, x, chunk_size=7),
                              hidden, rtol=1e-5, atol=1e-6)
 
 
@@ -88,7 +88,7 @@ def test_embedding_features_of_a_named_layer_of_a_multi_input_model():
   joined = keras.layers.Concatenate(name="joined")([first, keras.layers.Flatten()(second)])
   model = keras.Model({"first": first, "second": second}, keras.layers.Dense(2)(joined))
   x = {"first": np.arange(10, dtype=np.float32).reshape(5, 2), "second": np.ones([5, 3, 1], np.float32)}
-  features = tf_repulsive.model_features(tf_repulsive.EmbeddingFeatures("joined"), model, x, chunk_size=2)
+  features = tf_repulsive.compute_features(tf_repulsive.EmbeddingFeatures("joined"), model, x, chunk_size=2)
   np.testing.assert_array_equal(features, np.concatenate([x["first"], np.ones([5, 3])], axis=1))
 
 
@@ -103,20 +103,20 @@ class _Subclassed(keras.Model):
 
 
 @pytest.mark.parametrize("source, model, labels, error, match", [
-    (tf_repulsive.GradientFeatures(), lambda: _Subclassed(), True, TypeError, "Subclass tf_repulsive.ModelFeatures"),
+    (tf_repulsive.GradientFeatures(), lambda: _Subclassed(), True, TypeError, "Subclass tf_repulsive.FeatureSource"),
     (tf_repulsive.GradientFeatures(),
      lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu")]),
      True, TypeError, "softmax, sigmoid or linear"),
     (tf_repulsive.GradientFeatures(), _classifier, False, ValueError, "needs the labels"),
     (tf_repulsive.GradientFeatures(), _classifier, "float", TypeError, "integer class ids"),
     (tf_repulsive.EmbeddingFeatures("nope"), _classifier, False, ValueError, "not a layer"),
-    ("gradient", _classifier, True, TypeError, "must be a tf_repulsive.ModelFeatures"),
+    ("gradient", _classifier, True, TypeError, "must be a tf_repulsive.FeatureSource"),
 ])
 def test_bad_sources_and_models_are_named(source, model, labels, error, match):
   x, y = _data()
   y = {True: y, False: None, "float": y.astype(np.float32)}[labels]
   with pytest.raises(error, match=match):
-    tf_repulsive.model_features(source, model(), x, y)
+    tf_repulsive.compute_features(source, model(), x, y)
 
 
 def test_bad_arguments_are_named():
@@ -131,7 +131,7 @@ def test_features_that_are_not_finite_are_refused():
   x, y = _data()
   x[3, 0] = np.nan
   with pytest.raises(ValueError, match="not finite"):
-    tf_repulsive.model_features(tf_repulsive.GradientFeatures(), model, x, y)
+    tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y)
 
 
 def test_gradient_variance_draws_in_the_feature_space(digits):
@@ -143,7 +143,7 @@ def test_gradient_variance_draws_in_the_feature_space(digits):
   source = tf_repulsive.GradientFeatures(projection_dim=32)
   result = diagnostics.gradient_variance(model, loss, x, y, {"vanilla": tf_repulsive.VanillaPDS(radius="auto")}, 20,
                                          num_batches=5, variables="last_layer", features=source)
-  features = tf_repulsive.model_features(source, model, x, y)
+  features = tf_repulsive.compute_features(source, model, x, y)
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(radius="auto"), seed=0, start_step=0)
   tf.data.Dataset.from_tensor_slices((features, y)).apply(batcher)
   np.testing.assert_array_equal(result.batches["vanilla"], diagnostics.draw_batches(batcher, 5))

@@ -63,20 +63,21 @@ def test_each_step_is_drawn_on_the_features_of_its_refresh_also_behind_a_prefetc
   x, y = _data()
   model = _model()
   space = tf_repulsive.ModelSpace(model, _SlowEmbedding(), refresh_every=refresh_every, verbose=False)
-  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, model_space=space, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher).prefetch(32))
   steps = 2 * refresh_every + 2
   delivered, refreshes = [], {}
   for step in range(steps):
     if step % refresh_every == 0:
-      refreshes[step // refresh_every] = tf_repulsive.model_features(tf_repulsive.EmbeddingFeatures(), model, x)
+      refreshes[step // refresh_every] = tf_repulsive.compute_features(tf_repulsive.EmbeddingFeatures(), model, x)
     batcher.refresh_features(step)
     batch_x, batch_y = next(iterator)
     delivered.append(batch_x.numpy())
     if step % refresh_every == refresh_every - 1:
       np.testing.assert_array_equal(batcher.batch_indices(step), _row_indices(x, delivered[-1]))
     model.train_on_batch(batch_x, batch_y)  # the next refresh sees another model
-  assert batcher.refreshes_installed() == len(refreshes)
+  assert batcher.stats().refreshes == len(refreshes)
   for refresh, features in refreshes.items():
     own_steps = [step for step in range(steps) if step // refresh_every == refresh]
     expected, drawer = _reference_batches(sampler, features, y, own_steps)
@@ -105,8 +106,8 @@ def test_fit_trains_every_step_on_the_draw_of_its_refresh(tmp_path):
   model = _model()
   space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=refresh_every,
                                   directory=tmp_path, verbose=False)
-  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.AnnealPDS(), seed=SEED, model_space=space,
-                                         verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.AnnealPDS(), seed=SEED, features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   batches = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   history = model.fit(batches, epochs=epochs, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
                       callbacks=[tf_repulsive.AnnealingCallback(batcher)])
@@ -123,7 +124,7 @@ def test_fit_trains_every_step_on_the_draw_of_its_refresh(tmp_path):
   reference = _model()
   for step in range(steps):
     if step % refresh_every == 0:
-      features = tf_repulsive.model_features(tf_repulsive.GradientFeatures(), reference, x, y)
+      features = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), reference, x, y)
       draws, _ = _reference_batches(tf_repulsive.AnnealPDS(), features, y, range(step, step + refresh_every))
     reference.train_on_batch(x[draws[step]], y[draws[step]])
   for trained, expected in zip(model.get_weights(), reference.get_weights()):
@@ -139,8 +140,8 @@ def test_a_run_resumed_between_refreshes_draws_on_the_saved_features(tmp_path):
   def batcher_for(directory):
     space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), refresh_every=refresh_every,
                                     directory=directory, verbose=False)
-    return tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0,
-                                        model_space=space, verbose=False)
+    return tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0, features=space,
+                                        options=tf_repulsive.BatcherOptions(verbose=False))
 
   first = batcher_for(tmp_path)
   iterator = iter(dataset.apply(first))
@@ -177,15 +178,15 @@ def test_saved_features_of_other_weights_are_recomputed_and_old_ones_deleted(tmp
   model = _model()
   space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), refresh_every=2, directory=tmp_path,
                                   keep_last=2, verbose=False)
-  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Uniform(), seed=SEED, start_step=0,
-                                         model_space=space, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Uniform(), seed=SEED, start_step=0, features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   stale = np.zeros([NUM_POINTS, 8], np.float32)
   np.savez(tmp_path / "refresh-000000000.npz", features=stale, fingerprint=np.array("other weights"))
   batcher.refresh_features(0)
   with np.load(tmp_path / "refresh-000000000.npz") as saved:
     np.testing.assert_array_equal(saved["features"],
-                                  tf_repulsive.model_features(tf_repulsive.EmbeddingFeatures(), model, x))
+                                  tf_repulsive.compute_features(tf_repulsive.EmbeddingFeatures(), model, x))
   for step in (2, 4, 6):
     batcher.refresh_features(step)
   assert sorted(path.name for path in tmp_path.glob("refresh-*.npz")) == [
@@ -196,8 +197,8 @@ def test_a_stream_without_its_refresh_fails_at_once_or_after_the_timeout():
   x, y = _data()
   space = tf_repulsive.ModelSpace(_model(), tf_repulsive.EmbeddingFeatures(), refresh_every=4, timeout_seconds=0.5,
                                   verbose=False)
-  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0,
-                                         model_space=space, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0, features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   began = time.perf_counter()
   with pytest.raises(tf.errors.InvalidArgumentError, match="refresh_features"):
@@ -218,25 +219,28 @@ def test_bad_model_space_arguments_are_refused_before_reading():
   embedding = tf_repulsive.EmbeddingFeatures()
   with pytest.raises(TypeError, match="keras.Model"):
     tf_repulsive.ModelSpace("model", embedding, refresh_every=4)
-  with pytest.raises(TypeError, match="ModelFeatures"):
+  with pytest.raises(TypeError, match="FeatureSource"):
     tf_repulsive.ModelSpace(model, "embedding", refresh_every=4)
   with pytest.raises(ValueError, match="refresh_every"):
     tf_repulsive.ModelSpace(model, embedding, refresh_every=0)
   with pytest.raises(TypeError, match="inputs_fn"):
     tf_repulsive.ModelSpace(model, embedding, refresh_every=4, inputs_fn="mfcc")
   space = tf_repulsive.ModelSpace(model, embedding, refresh_every=4, verbose=False)
-  with pytest.raises(ValueError, match="not both"):
-    tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), model_space=space, feature_fn=lambda x, y: x)
-  with pytest.raises(TypeError, match="model_space"):
-    tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), model_space=embedding)
+  with pytest.raises(TypeError, match="pass the ModelSpace as `features=`"):
+    tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), model_space=space)
+  with pytest.raises(TypeError, match="`features` must be None, a function of an element or a tf_repulsive.ModelSpace"):
+    tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), features=embedding)
   with pytest.raises(TypeError, match="cannot take refreshed features"):
-    dataset.apply(tf_repulsive.repulsive_batch(BATCH, tf_repulsive.EpochShuffle(), model_space=space, verbose=False))
+    dataset.apply(tf_repulsive.repulsive_batch(BATCH, tf_repulsive.EpochShuffle(), features=space,
+                                               options=tf_repulsive.BatcherOptions(verbose=False)))
   with pytest.raises(TypeError, match=r"\(x, y\)"):
     tf.data.Dataset.from_tensor_slices({"x": x, "label": y}).apply(
-        tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), model_space=space, verbose=False))
-  fixed = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), verbose=False)
+        tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), features=space,
+                                     options=tf_repulsive.BatcherOptions(verbose=False)))
+  fixed = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(),
+                                       options=tf_repulsive.BatcherOptions(verbose=False))
   dataset.apply(fixed)
-  with pytest.raises(ValueError, match="model_space"):
+  with pytest.raises(ValueError, match="features=tf_repulsive.ModelSpace"):
     fixed.refresh_features(0)
 
 
@@ -244,14 +248,14 @@ def test_fit_refuses_another_model_and_executions_that_span_a_refresh():
   x, y = _data()
   model = _model()
   space = tf_repulsive.ModelSpace(_model(), tf_repulsive.EmbeddingFeatures(), refresh_every=4, verbose=False)
-  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, model_space=space,
-                                         verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   with pytest.raises(ValueError, match="another model"):
     model.fit(stream, steps_per_epoch=10, verbose=0, callbacks=[tf_repulsive.BatchStreamCallback(batcher)])
   space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), refresh_every=4, verbose=False)
-  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, model_space=space,
-                                         verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 steps_per_execution=3)
@@ -263,8 +267,8 @@ def test_fit_refuses_several_workers_and_tf_data_service(monkeypatch):
   x, y = _data()
   model = _model()
   space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), refresh_every=4, verbose=False)
-  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, model_space=space,
-                                         verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   # What the callback sees in fit under a two-worker MultiWorkerMirroredStrategy.
   cluster = tf.train.ClusterSpec({"worker": ["127.0.0.1:1", "127.0.0.1:2"]})
@@ -276,8 +280,8 @@ def test_fit_refuses_several_workers_and_tf_data_service(monkeypatch):
     callback.on_train_begin()
   # A stream read from tf.data service workers (as `_dataset_graph` finds one in the fit input),
   # with the fixed start that service needs.
-  fixed_start = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0,
-                                             model_space=space, verbose=False)
+  fixed_start = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0, features=space,
+                                             options=tf_repulsive.BatcherOptions(verbose=False))
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(fixed_start)
   monkeypatch.setattr(_dataset_graph, "read_from_service", lambda dataset: True)
   with pytest.raises(ValueError, match="service workers.*refreshed from the model"):
@@ -298,8 +302,8 @@ def test_the_first_refresh_of_an_unchanged_model_reuses_the_build_pass():
   source = _CountingEmbedding()
   object.__setattr__(source, "passes", [])
   space = tf_repulsive.ModelSpace(model, source, refresh_every=2, verbose=False)
-  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0,
-                                         model_space=space, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0, features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   batcher.refresh_features(0)  # the model the build read: no second pass
   assert len(source.passes) == 1
@@ -314,13 +318,13 @@ def test_keras_sample_weight_elements_keep_their_weights_and_features_come_from_
   weights = np.linspace(0.5, 1.5, NUM_POINTS).astype(np.float32)
   model = _model()
   space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=4, verbose=False)
-  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0,
-                                         model_space=space, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0, features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   iterator = iter(tf.data.Dataset.from_tensor_slices((x, y, weights)).apply(batcher))
   batcher.refresh_features(0)
   batch_x, batch_y, batch_weights = (component.numpy() for component in next(iterator))
   expected, _ = _reference_batches(tf_repulsive.VanillaPDS(),
-                                   tf_repulsive.model_features(tf_repulsive.GradientFeatures(), model, x, y), y, [0])
+                                   tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y), y, [0])
   np.testing.assert_array_equal(batch_x, x[expected[0]])
   np.testing.assert_array_equal(batch_y, y[expected[0]])
   np.testing.assert_array_equal(batch_weights, weights[expected[0]])
@@ -335,10 +339,11 @@ def test_inputs_fn_maps_elements_the_model_does_not_take_as_they_are():
   space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=4, verbose=False,
                                   inputs_fn=lambda chunk: chunk[:, 0])
   batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(radius="auto"), seed=SEED, start_step=0,
-                                         model_space=space, verbose=False)
+                                         features=space,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   iterator = iter(tf.data.Dataset.from_tensor_slices((elements, y)).apply(batcher))
   batcher.refresh_features(0)
   expected, _ = _reference_batches(tf_repulsive.VanillaPDS(radius="auto"),
-                                   tf_repulsive.model_features(tf_repulsive.GradientFeatures(), model, x, y), y, [0])
+                                   tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y), y, [0])
   batch_elements, _ = next(iterator)
   np.testing.assert_array_equal(batch_elements, elements[expected[0]])

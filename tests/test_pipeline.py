@@ -19,7 +19,8 @@ def _digits_pipeline(digits, sampler, batch_size=50, seed=0, size=None, start_st
   size = size or len(labels)
   dataset = tf.data.Dataset.from_tensor_slices((features[:size], labels[:size], np.arange(size)))
   batcher = tf_repulsive.repulsive_batch(
-      batch_size, sampler, label_fn=lambda x, y, index: y, seed=seed, start_step=start_step, **options)
+      batch_size, sampler, labels=lambda x, y, index: y, seed=seed, start_step=start_step,
+      options=tf_repulsive.BatcherOptions(**options))
   return batcher, dataset.apply(batcher)
 
 
@@ -31,8 +32,8 @@ def _digits_batches(digits, sampler, count, **kwargs):
 def test_batches_have_the_structure_of_dataset_batch(digits):
   features, labels = digits
   dataset = tf.data.Dataset.from_tensor_slices({"image": features, "label": labels})
-  batcher = tf_repulsive.repulsive_batch(
-      32, tf_repulsive.VanillaPDS(), feature_fn=lambda e: e["image"], seed=1, start_step=0)
+  batcher = tf_repulsive.repulsive_batch(32, tf_repulsive.VanillaPDS(), features=lambda e: e["image"], seed=1,
+                                         start_step=0)
   batches = dataset.apply(batcher)
   assert batches.element_spec == {
       "image": tf.TensorSpec([32, 64], tf.float32), "label": tf.TensorSpec([32], tf.int64)}
@@ -105,7 +106,7 @@ def test_dense_pds_with_tiny_radius_reproduces_pi():
   pi = np.array([0.05, 0.1, 0.15, 0.2, 0.2, 0.3])
   sampler = tf_repulsive.DensePDS(pi, radius=1e-6)
   batches = tf.data.Dataset.from_tensor_slices((features, labels, np.arange(len(labels)))).apply(
-      tf_repulsive.repulsive_batch(50, sampler, label_fn=lambda x, y, index: y, seed=4, start_step=0))
+      tf_repulsive.repulsive_batch(50, sampler, labels=lambda x, y, index: y, seed=4, start_step=0))
   counts = _mingling_mix(batches, mingling_values, 100)
   assert stats.chisquare(counts, counts.sum() * pi).pvalue > 1e-3
   # The same test rejects the data's own histogram: it has power.

@@ -36,7 +36,7 @@ _SETTINGS = dict(deadline=None, derandomize=True, database=None,
                  suppress_health_check=[hypothesis.HealthCheck.too_slow, hypothesis.HealthCheck.data_too_large])
 GENERATED: dict[str, int] = {}  # property -> cases run (printed by conftest.py)
 # Words an error names when it says what to pass or change.
-_FIXES = ("feature_fn", "label_fn", "pass ", "Pass ", "apply it", "Apply it", "before the batcher", "after the batcher",
+_FIXES = ("features", "labels", "pass ", "Pass ", "apply it", "Apply it", "before the batcher", "after the batcher",
           "unbatch", "seed", "Clean", "rescale", "Pad", "densify", "classes", "deterministic")
 
 
@@ -196,7 +196,8 @@ def test_element_structures_build_exactly_or_name_the_fix(generated, sampler_nam
   needs_labels = sampler_name == "easy_pds"
   features, labels, error = _oracle(element, facts, needs_labels)
   sampler = tf_repulsive.EasyPDS(neighbors=2) if needs_labels else tf_repulsive.VanillaPDS()
-  batcher = tf_repulsive.repulsive_batch(batch_size, sampler, seed=1, start_step=0, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(batch_size, sampler, seed=1, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)  # batches near the packing limit
     if error is not None:
@@ -258,7 +259,8 @@ def test_compositions_before_the_batcher_are_read_once_in_order_or_refused(names
   refused = any(_BEFORE[name][1] is not None for name in names)
   sampler = {"uniform": tf_repulsive.Uniform, "vanilla_pds": tf_repulsive.VanillaPDS,
              "epoch_shuffle": tf_repulsive.EpochShuffle}[sampler_name]()
-  batcher = tf_repulsive.repulsive_batch(batch_size, sampler, seed=2, start_step=0, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(batch_size, sampler, seed=2, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
     if refused:
@@ -311,7 +313,8 @@ def test_compositions_after_the_batcher_in_fit_are_refused_or_exact(names, steps
   _count("compositions after the batcher")
   rng = np.random.default_rng(0)
   x = rng.normal(size=(80, 3)).astype(np.float32)
-  batcher = tf_repulsive.repulsive_batch(8, tf_repulsive.VanillaPDS(radius="auto"), seed=4, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(8, tf_repulsive.VanillaPDS(radius="auto"), seed=4,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   stream = tf.data.Dataset.from_tensor_slices((x, np.arange(80) % 3, np.arange(80))).apply(batcher)
   for name in names:
     stream = _AFTER[name][0](stream)
@@ -348,8 +351,9 @@ def test_a_restored_iterator_continues_exactly(tmp_path_factory, sampler_name, s
                                                 np.arange(size) % 3, np.arange(size)))
 
   def pipeline():
-    batcher = tf_repulsive.repulsive_batch(batch_size, _SAMPLERS[sampler_name](), seed=9, verbose=False,
-                                           label_fn=lambda x, y, i: y, start_step=None if callback_start else 5)
+    batcher = tf_repulsive.repulsive_batch(batch_size, _SAMPLERS[sampler_name](), seed=9, labels=lambda x, y, i: y,
+                                           start_step=None if callback_start else 5,
+                                           options=tf_repulsive.BatcherOptions(verbose=False))
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", RuntimeWarning)
       stream = dataset.apply(batcher).prefetch(2)

@@ -42,7 +42,7 @@ def test_auto_radius_fills_the_batch_on_the_digits(digits, sampler):
 def test_auto_radius_is_a_property_of_the_data_not_of_the_seed(digits):
   x, y = digits
   radii = {tf_repulsive.repulsive_batch(50, tf_repulsive.VanillaPDS(radius="auto"), seed=seed, start_step=0,
-                                        verbose=False)
+                                        options=tf_repulsive.BatcherOptions(verbose=False))
            for seed in (0, 1)}
   values = set()
   for batcher in radii:

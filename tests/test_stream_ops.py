@@ -23,7 +23,8 @@ def _dataset_functions(dataset):
 ])
 def test_every_function_of_the_batch_stream_is_single_device(digits, start_step, functions):
   features, labels = digits
-  batcher = tf_repulsive.repulsive_batch(50, tf_repulsive.AnnealPDS(), seed=0, start_step=start_step, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(50, tf_repulsive.AnnealPDS(), seed=0, start_step=start_step,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   batches = tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
   assert _dataset_functions(batches) == functions
   if start_step is None:

@@ -12,20 +12,21 @@ from tf_repulsive._callback import ActiveBiasCallback
 from tf_repulsive._callback import AnnealingCallback
 from tf_repulsive._callback import BatchStreamCallback
 from tf_repulsive._contract import BatchDrawer
-from tf_repulsive._contract import ModelFeatures
+from tf_repulsive._contract import FeatureSource
 from tf_repulsive._contract import PointGroups
 from tf_repulsive._contract import Sampler
 from tf_repulsive._contract import SamplingContext
+from tf_repulsive._draw_record import SamplingStats
 from tf_repulsive._epoch_shuffle import EpochShuffle
 from tf_repulsive._kdpp import FastKDPP
 from tf_repulsive._kdpp import KDPP
 from tf_repulsive._mingling import mingling_index
 from tf_repulsive._model_features import EmbeddingFeatures
 from tf_repulsive._model_features import GradientFeatures
-from tf_repulsive._model_features import model_features
+from tf_repulsive._model_features import compute_features
 from tf_repulsive._model_space import ModelSpace
+from tf_repulsive._options import BatcherOptions
 from tf_repulsive._pipeline import RepulsiveBatcher
-from tf_repulsive._pipeline import SamplingStats
 from tf_repulsive._pipeline import repulsive_batch
 from tf_repulsive._samplers import AnnealPDS
 from tf_repulsive._samplers import DensePDS
@@ -45,15 +46,16 @@ __all__ = (
     "AnnealPDS",
     "AnnealingCallback",
     "BatchDrawer",
+    "BatcherOptions",
     "BatchStreamCallback",
     "DensePDS",
     "EasyPDS",
     "EmbeddingFeatures",
     "EpochShuffle",
     "FastKDPP",
+    "FeatureSource",
     "GradientFeatures",
     "KDPP",
-    "ModelFeatures",
     "ModelSpace",
     "PointGroups",
     "RepulsiveBatcher",
@@ -64,9 +66,21 @@ __all__ = (
     "Uniform",
     "VanillaPDS",
     "anneal_pi",
+    "compute_features",
     "diagnostics",
     "mingling_index",
-    "model_features",
     "paper_schedule",
     "repulsive_batch",
 )
+
+# Names the package does not have, and what to use instead.
+_REMOVED = {
+    "ModelFeatures": "the contract for features computed from a model is tf_repulsive.FeatureSource",
+    "model_features": "the features of a model for a dataset come from tf_repulsive.compute_features",
+}
+
+
+def __getattr__(name: str):
+  if name in _REMOVED:
+    raise AttributeError(f"module 'tf_repulsive' has no attribute {name!r}: {_REMOVED[name]}.")
+  raise AttributeError(f"module 'tf_repulsive' has no attribute {name!r}")

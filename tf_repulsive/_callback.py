@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import keras
@@ -59,6 +60,8 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   Args:
     batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
+    name: what this callback's log keys start with. Callbacks of two batchers in one `fit` need
+      two names.
 
   Example (a second `fit` continues the stream at the optimizer's step):
 
@@ -77,17 +80,23 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   Raises:
     TypeError: if `batcher` is not a `RepulsiveBatcher`.
+    ValueError: for a `name` that is not a log key prefix.
   """
 
-  # Whether this callback logs under the batcher's name (two such callbacks need two names).
+  # Whether this callback writes log keys (two such callbacks need two names).
   _logs_under_name = False
 
-  def __init__(self, batcher: _pipeline.RepulsiveBatcher):
+  def __init__(self, batcher: _pipeline.RepulsiveBatcher, name: str = "sampler"):
     super().__init__()
     if not isinstance(batcher, _pipeline.RepulsiveBatcher):
       raise TypeError(
           f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+      raise ValueError(
+          f"`name` must start with a letter and hold letters, digits and underscores only (it prefixes "
+          f"the log keys); got {name!r}.")
     self._batcher = batcher
+    self.name = name
     self._epochs_begun = 0  # in this fit
     self._epoch_start = 0
     # The step after the fit's last one, when known (its last epoch has begun, of known length).
@@ -104,7 +113,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     return int(np.asarray(self.model.optimizer.iterations))
 
   def _logs_names(self) -> bool:
-    """Whether this callback writes log keys under the batcher's name."""
+    """Whether this callback writes log keys under its name."""
     return self._logs_under_name or self._batcher.model_space is not None
 
   def on_train_begin(self, logs=None):
@@ -173,16 +182,16 @@ class BatchStreamCallback(keras.callbacks.Callback):
       self._refresh_seconds += self._batcher.refresh_features(step)
 
   def _check_log_names(self) -> None:
-    """Refuses another logging callback of this fit whose batcher has this batcher's name."""
+    """Refuses another logging callback of this fit, for another batcher, with this callback's name."""
     if not self._logs_names():
       return
     for other in self._fit_callbacks:
       if (isinstance(other, BatchStreamCallback) and other._logs_names()  # pylint: disable=protected-access
-          and other._batcher is not self._batcher and other._batcher.name == self._batcher.name):  # pylint: disable=protected-access
+          and other._batcher is not self._batcher and other.name == self.name):  # pylint: disable=protected-access
         raise ValueError(
-            f"fit has tf_repulsive callbacks for two batchers named {self._batcher.name!r}: their log "
-            "keys would collide. Give the batchers distinct names, "
-            "repulsive_batch(..., name=\"train\").")
+            f"fit has tf_repulsive callbacks for two batchers named {self.name!r}: their log "
+            "keys would collide. Give the callbacks distinct names, "
+            "AnnealingCallback(batcher, name=\"train\").")
 
   def _check_transformations(self, dataset) -> None:
     """Refuses transformations after the batcher that change the draw a step trains on."""
@@ -273,7 +282,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
   def on_epoch_end(self, epoch, logs=None):
     self._check_delivered()
     if self._batcher.model_space is not None and logs is not None:
-      logs[f"{self._batcher.name}_refresh_seconds"] = self._refresh_seconds
+      logs[f"{self.name}_refresh_seconds"] = self._refresh_seconds
 
   def _check_delivered(self) -> None:
     """Raises if fit trained a step the stream has not delivered: its batch came from elsewhere."""
@@ -294,7 +303,7 @@ class AnnealingCallback(BatchStreamCallback):
   """Starts the batch stream at the optimizer's step and logs pi, the mingling mix and the fallback fill.
 
   Does what `BatchStreamCallback` does (the batch of optimizer step n is draw n, also when training
-  resumes), and logs, for each epoch, with the batcher's `name` (default "sampler") as prefix:
+  resumes), and logs, for each epoch, with its `name` (default "sampler") as prefix:
 
   * `<name>_mingling`: the mean mingling index (0: every neighbour shares the label, 1: none
     does) of the points of the epoch's batches, for Easy, Dense and Anneal PDS;
@@ -325,6 +334,7 @@ class AnnealingCallback(BatchStreamCallback):
   Args:
     batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
     log_batches: also log every batch's summaries.
+    name: what the log keys start with. Callbacks of two batchers in one `fit` need two names.
 
   Example:
 
@@ -342,12 +352,13 @@ class AnnealingCallback(BatchStreamCallback):
 
   Raises:
     TypeError: if `batcher` is not a `RepulsiveBatcher`.
+    ValueError: for a `name` that is not a log key prefix.
   """
 
   _logs_under_name = True
 
-  def __init__(self, batcher: _pipeline.RepulsiveBatcher, log_batches: bool = False):
-    super().__init__(batcher)
+  def __init__(self, batcher: _pipeline.RepulsiveBatcher, log_batches: bool = False, name: str = "sampler"):
+    super().__init__(batcher, name)
     if not isinstance(log_batches, bool):
       raise TypeError(f"`log_batches` must be True or False; got {log_batches!r}.")
     self._log_batches = log_batches
@@ -395,7 +406,7 @@ class AnnealingCallback(BatchStreamCallback):
       self._read_record(self._optimizer_step())
     if self._log_batches and logs is not None:
       trained_to = self._optimizer_step()
-      rows, found = self._batcher._recorded([trained_to - 1], recompute_at_most=0)  # pylint: disable=protected-access
+      rows, found = self._batcher._recorded([trained_to - 1], redraw_at_most=0)  # pylint: disable=protected-access
       logs.update(self._summaries(trained_to - 1, _summed(rows) if found[0] else None)[0])
 
   def _read_record(self, end: int) -> None:
@@ -404,7 +415,7 @@ class AnnealingCallback(BatchStreamCallback):
     self._read_to = end
     if not steps.size:
       return
-    rows, found = self._batcher._recorded(steps, recompute_at_most=_RECOMPUTED_STEPS)  # pylint: disable=protected-access
+    rows, found = self._batcher._recorded(steps, redraw_at_most=_RECOMPUTED_STEPS)  # pylint: disable=protected-access
     self._unseen_steps += int(np.count_nonzero(~found))
     epoch_record = _summed(rows[found])
     self._epoch_record = epoch_record if self._epoch_record is None else self._epoch_record + epoch_record
@@ -418,7 +429,7 @@ class AnnealingCallback(BatchStreamCallback):
       warnings.warn(
           f"{self._unseen_steps} of the {end - self._epoch_start} steps of epoch {epoch} trained on batches "
           "drawn out of this process's sight (on tf.data service workers, say): AnnealingCallback logs "
-          f"pi only, not the batches' group shares or {self._batcher.name}_fallback_batches. "
+          f"pi only, not the batches' group shares or {self.name}_fallback_batches. "
           "batcher.group_mixes(steps) and batcher.fallback_counts(steps) recompute them, a draw per step.",
           RuntimeWarning, stacklevel=2)
     summaries, detail = self._summaries(end - 1, None if self._unseen_steps else self._epoch_record)
@@ -445,7 +456,7 @@ class AnnealingCallback(BatchStreamCallback):
     `record`: the batches the fill completed, then the batch points per group (none without
     groups).
     """
-    batcher, name = self._batcher, self._batcher.name
+    batcher, name = self._batcher, self.name
     groups = batcher.drawer.groups
     summaries, detail = {}, {}
     if record is not None:
@@ -479,7 +490,7 @@ class ActiveBiasCallback(BatchStreamCallback):
 
   Also starts the batch stream at the optimizer's step (see `BatchStreamCallback`), so it is the
   only callback an ActiveBias pipeline needs. Logs `<name>_max_probability` per epoch, the largest
-  sampling probability, with the batcher's `name` as prefix.
+  sampling probability, with its `name` as prefix.
 
   Differs from the paper in when predictions are recorded: once per epoch for all examples, in
   inference mode, rather than for the examples of each mini-batch during its training step. Every
@@ -495,6 +506,7 @@ class ActiveBiasCallback(BatchStreamCallback):
       pass. By default the first component of the dataset's (x, y[, ...]) elements; pass them
       when the pipeline transforms batches after sampling (feature extraction, augmentation),
       so that the stored elements are not what the model takes.
+    name: what the log keys start with.
 
   Example:
 
@@ -519,8 +531,8 @@ class ActiveBiasCallback(BatchStreamCallback):
   _logs_under_name = True
 
   def __init__(self, batcher: _pipeline.RepulsiveBatcher, from_logits: bool = True, batch_size: int = 1024,
-               inputs: np.ndarray | tf.Tensor | None = None):
-    super().__init__(batcher)
+               inputs: np.ndarray | tf.Tensor | None = None, name: str = "sampler"):
+    super().__init__(batcher, name)
     if not isinstance(batcher.sampler, _active_bias.ActiveBias):
       raise TypeError(f"`batcher` must sample with ActiveBias(); it samples with {batcher.sampler!r}.")
     if batcher.start_step is not None:
@@ -574,4 +586,4 @@ class ActiveBiasCallback(BatchStreamCallback):
           state.count.numpy(), state.total.numpy(), state.total_sq.numpy(), self._batcher.sampler.smoothness))
     if logs is not None:
       weights = state.weights.numpy()
-      logs[f"{self._batcher.name}_max_probability"] = float(weights.max() / weights.sum())
+      logs[f"{self.name}_max_probability"] = float(weights.max() / weights.sum())

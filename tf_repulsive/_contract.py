@@ -6,9 +6,9 @@ for every batch (TensorFlow ops, stateless randomness). The built-in samplers (`
 `_epoch_shuffle`, `_kdpp`, `_active_bias`) are written against this module only, as a user's own
 sampler is.
 
-A `ModelFeatures` says where distances are measured when they are measured in the model's own
-space (`_model_features` holds the built-in ones): from the model as it is now, a function of a
-chunk of elements to their feature vectors.
+A `FeatureSource` says how features are computed from a model, when distances are measured in the
+model's own space (`_model_features` holds the built-in ones): from the model as it is now, a
+function of a chunk of elements to their feature vectors.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class PointGroups:
   `BatchDrawer.pi` may say how the draws weigh the groups.
 
   Attributes:
-    name: what the logs call the grouping: `AnnealingCallback` logs `<batcher name>_<name>`, the
-      mean level of the epoch's batch points, and `<batcher name>_<name>_<g>`, the share of group g.
+    name: what the logs call the grouping: `AnnealingCallback` logs `<callback name>_<name>`, the
+      mean level of the epoch's batch points, and `<callback name>_<name>_<g>`, the share of group g.
     of_points: `[N]` int, the group of every point, in 0 ... G - 1.
     levels: `[G]` float, a number per group that the logs average (for mingling values, m / K).
   """
@@ -149,7 +149,7 @@ class BatchDrawer:
 
     What `ModelSpace` batchers need: when the features are recomputed, the sampler builds a new
     drawer on them and the pipeline's drawer takes over its state (`refresh_from`), with no new
-    trace of the stream. None: this drawer cannot, and a `model_space` batcher refuses the sampler.
+    trace of the stream. None: this drawer cannot, and a `ModelSpace` batcher refuses the sampler.
     """
     return None
 
@@ -216,12 +216,13 @@ class Sampler:
     raise NotImplementedError
 
 
-class ModelFeatures:
-  """Base of feature sources computed from a Keras model: the space the disks live in, from the model.
+class FeatureSource:
+  """Base of feature sources: how features are computed from a Keras model.
 
   Input-space repulsion spreads a batch over the pixels; the mini-batch gradient's variance lives
-  in the model's space. A `ModelFeatures` maps elements to vectors computed by the model being
-  trained (its embedding, its per-example last-layer gradient, ...), for `model_features` and the
+  in the model's space. A `FeatureSource` maps elements to vectors computed by the model being
+  trained (its embedding, its per-example last-layer gradient, ...), for `ModelSpace`,
+  `compute_features` and the
   `features=` argument of the diagnostics. The built-in ones are `EmbeddingFeatures` and
   `GradientFeatures`; a source of your own subclasses this and overrides `features_fn`.
 
@@ -231,11 +232,11 @@ class ModelFeatures:
   Example (the logits as features):
 
   >>> import keras, numpy as np, tf_repulsive
-  >>> class Logits(tf_repulsive.ModelFeatures):
+  >>> class Logits(tf_repulsive.FeatureSource):
   ...   def features_fn(self, model):
   ...     return lambda inputs, labels: model(inputs, training=False)
   >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])
-  >>> tf_repulsive.model_features(Logits(), model, np.ones([10, 3], np.float32)).shape
+  >>> tf_repulsive.compute_features(Logits(), model, np.ones([10, 3], np.float32)).shape
   (10, 4)
   """
 

@@ -18,16 +18,18 @@ the arrays once per thread (BUILD_NOTES.md, "Arrays by reference").
 from __future__ import annotations
 
 import hashlib
+import numbers
 import os
 import tempfile
 import threading
 import weakref
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from tf_repulsive import _progress
+from tf_repulsive import _stream_ops
 
 # Arrays smaller than this stay in the graph (the key, a schedule's values): a file each would
 # cost more than it saves.
@@ -62,6 +64,16 @@ def check_directory(data_dir: object) -> str:
   if not os.access(path, os.W_OK):
     raise ValueError(f"`data_dir` = {path!r} is not writable by this process, which writes the stream's arrays there.")
   return path
+
+
+def check_mappable(element_spec: Any) -> None:
+  """Refuses, before reading, elements that `data_dir` files cannot hold."""
+  for spec in tf.nest.flatten(element_spec):
+    if isinstance(spec, tf.TensorSpec) and spec.dtype == tf.string:
+      raise ValueError(
+          "with `data_dir` the stream reads its elements from memory-mapped files of numbers; this dataset has "
+          "a tf.string component. Map strings to numbers before the batcher (a tf.lookup table, say), or "
+          "build without data_dir.")
 
 
 def _unseen_message(path: str) -> str:
@@ -148,6 +160,25 @@ class DataFiles:
         arrays.append(tf.raw_ops.ImmutableConst(dtype=dtype, shape=shape, memory_region_name=path))
     return arrays
 
+  def with_arrays(self, draws: tf.data.Dataset, draw: Callable[..., Any],
+                  values_read: Iterable[object]) -> tuple[tf.data.Dataset, Callable[..., Any]]:
+    """`draws` and `draw` for the stream's parallel map, the arrays `draw` reads coming with each draw.
+
+    A function of its own maps the files of `values_read`, one draw at a time, and appends their
+    arrays to the draw's element: TensorFlow copies the arrays of the files a function maps when
+    it instantiates it, which the parallel map would do in each thread that starts a first call.
+    """
+    paths = self.paths_of(values_read)
+
+    def with_arrays(stream, offset):
+      return (stream, offset, *self.mapped(paths))
+
+    def draw_with_arrays(stream, offset, *arrays):
+      self.receive(paths, arrays)
+      return draw(stream, offset)
+
+    return _stream_ops.map_on_host(draws, with_arrays), draw_with_arrays
+
   def check_seen_by_workers(self, service: str, timeout: float) -> int:
     """How many workers of the tf.data service at `service` answered, each seeing every file whole.
 
@@ -155,9 +186,17 @@ class DataFiles:
     the dispatcher runs once: the element is the worker's status of each file.
 
     Raises:
+      TypeError, ValueError: for a `service` that is not an address, a `timeout` that is not a
+        positive number of seconds.
       ValueError: naming the files some worker does not see, or sees at another length.
       TimeoutError: if the workers have not all answered within `timeout` seconds.
     """
+    if not isinstance(service, str) or not service:
+      raise TypeError(
+          f"`service` must be the dispatcher's address as a string (\"grpc://host:port\"); got {service!r}.")
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
+      raise ValueError(f"`timeout` must be a positive number of seconds; got {timeout!r}.")
+    timeout = float(timeout)
     paths = self.paths
     lengths = [self._layouts[path][0].size * self._layouts[path][1].num_elements() for path in paths]
     statuses = tf.data.Dataset.from_tensors((tf.constant(list(paths), tf.string), tf.constant(lengths, tf.int64))).map(

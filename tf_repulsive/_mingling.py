@@ -421,8 +421,8 @@ def mingling_values(features: np.ndarray, labels: np.ndarray, neighbors: int = 5
         f"{description}: the nearest-neighbour search was stopped at {probes} of {len(clusters)} clusters "
         f"({_SEARCH_WORK:.0e} multiply-adds on {num_points} points in {dim}-d); the values agree with an "
         f"exhaustive search on {reached:.0%} of {len(check)} check points ({_REQUIRED_AGREEMENT:.0%} wanted). "
-        "The data has little cluster structure at this dimension; features of lower dimension (a feature_fn "
-        "that projects them) make the search easier. stats().report['mingling_agreement'] keeps the figure.",
+        "The data has little cluster structure at this dimension; features of lower dimension (a `features` "
+        "function that projects them) make the search easier. stats().report['mingling_agreement'] keeps the figure.",
         stacklevel=2)
 
   with _progress.bar(description, num_points, verbose) as progress:

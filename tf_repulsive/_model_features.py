@@ -4,7 +4,7 @@ The paper measures distances between inputs; the variance the mini-batch gradien
 the model's space. `EmbeddingFeatures` takes the penultimate activations (or a named layer's
 output); `GradientFeatures` the per-example gradient of the loss with respect to the last Dense
 layer (BADGE's gradient embedding, DivBS' selection space), exactly when it is small and through a
-fixed seeded random projection otherwise. `model_features` computes a source's features for a
+fixed seeded random projection otherwise. `compute_features` computes a source's features for a
 whole dataset, in chunks.
 """
 
@@ -47,7 +47,7 @@ def _model_inputs(model: Any, source: str) -> Any:
     raise TypeError(
         f"{source} needs a Sequential or functional model with known inputs (built from keras.Input), "
         f"so that it can read an inner layer; {model.name!r} has none (a subclassed model, or a "
-        "Sequential without an Input). Subclass tf_repulsive.ModelFeatures and compute the features "
+        "Sequential without an Input). Subclass tf_repulsive.FeatureSource and compute the features "
         "in its features_fn.")
   return inputs
 
@@ -57,7 +57,7 @@ def _flat_rows(values: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class EmbeddingFeatures(_contract.ModelFeatures):
+class EmbeddingFeatures(_contract.FeatureSource):
   """The model's embedding of each element: where the model itself puts it.
 
   By default the input of the model's last layer (the penultimate activations, after any dropout,
@@ -71,7 +71,7 @@ class EmbeddingFeatures(_contract.ModelFeatures):
   >>> import keras, numpy as np, tf_repulsive
   >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8, activation="relu"),
   ...                           keras.layers.Dense(2)])
-  >>> tf_repulsive.model_features(tf_repulsive.EmbeddingFeatures(), model, np.ones([5, 3], np.float32)).shape
+  >>> tf_repulsive.compute_features(tf_repulsive.EmbeddingFeatures(), model, np.ones([5, 3], np.float32)).shape
   (5, 8)
   """
 
@@ -96,7 +96,7 @@ class EmbeddingFeatures(_contract.ModelFeatures):
 
 
 @dataclasses.dataclass(frozen=True)
-class GradientFeatures(_contract.ModelFeatures):
+class GradientFeatures(_contract.FeatureSource):
   """Each element's gradient of the loss with respect to the model's last Dense layer.
 
   For cross-entropy, the gradient of one element's loss with respect to the last layer's kernel
@@ -125,9 +125,9 @@ class GradientFeatures(_contract.ModelFeatures):
   >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8, activation="relu"),
   ...                           keras.layers.Dense(4)])
   >>> x, y = np.ones([5, 3], np.float32), np.arange(5) % 4
-  >>> tf_repulsive.model_features(tf_repulsive.GradientFeatures(), model, x, y).shape  # 4 x (8 + 1)
+  >>> tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y).shape  # 4 x (8 + 1)
   (5, 36)
-  >>> tf_repulsive.model_features(tf_repulsive.GradientFeatures(projection_dim=16), model, x, y).shape
+  >>> tf_repulsive.compute_features(tf_repulsive.GradientFeatures(projection_dim=16), model, x, y).shape
   (5, 16)
   """
 
@@ -149,7 +149,7 @@ class GradientFeatures(_contract.ModelFeatures):
           f"GradientFeatures needs a model whose last layer is a Dense layer with a softmax, sigmoid or "
           f"linear (logits) activation, trained with cross-entropy; {model.name!r} ends with {last!r}"
           f"{'' if activation is None else f' (activation {activation})'}. Use EmbeddingFeatures, or "
-          "subclass tf_repulsive.ModelFeatures.")
+          "subclass tf_repulsive.FeatureSource.")
     if len(last.input.shape) != 2:
       raise TypeError(f"GradientFeatures needs the last Dense layer's input to be [batch, units]; "
                       f"{last.name!r} takes {tuple(last.input.shape)}. Flatten before it, or use EmbeddingFeatures.")
@@ -190,7 +190,7 @@ def _chunk(values: Any, start: int, stop: int) -> Any:
   return tf.nest.map_structure(lambda array: array[start:stop], values)
 
 
-def model_features(source: _contract.ModelFeatures, model: Any, x: Any, y: Any = None, *,
+def compute_features(source: _contract.FeatureSource, model: Any, x: Any, y: Any = None, *,
                    inputs_fn: Callable[[Any], Any] | None = None, chunk_size: int = _DEFAULT_CHUNK,
                    verbose: bool = True) -> np.ndarray:
   """The features `source` computes from `model` (as it is now) for every element of `(x, y)`.
@@ -219,8 +219,8 @@ def model_features(source: _contract.ModelFeatures, model: Any, x: Any, y: Any =
     ValueError: for missing or misshapen labels, inputs of differing lengths, or features that
       are not finite or not `[n, d]`.
   """
-  if not isinstance(source, _contract.ModelFeatures):
-    raise TypeError(f"`source` must be a tf_repulsive.ModelFeatures (EmbeddingFeatures(), GradientFeatures(), "
+  if not isinstance(source, _contract.FeatureSource):
+    raise TypeError(f"`source` must be a tf_repulsive.FeatureSource (EmbeddingFeatures(), GradientFeatures(), "
                     f"or a subclass); got {source!r}.")
   if inputs_fn is not None and not callable(inputs_fn):
     raise TypeError(f"`inputs_fn` must be a function of a chunk of `x` to the model's inputs, or None; "

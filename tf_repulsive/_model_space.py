@@ -36,7 +36,7 @@ NO_REFRESH = -1
 class ModelSpace:
   """Distances measured on features computed from the model being trained, recomputed every `refresh_every` steps.
 
-  Give it to `repulsive_batch(..., model_space=...)` instead of a `feature_fn`. Refresh r holds
+  Give it to `repulsive_batch(..., features=...)`. Refresh r holds
   the features of the model after r * `refresh_every` optimizer steps; the batch of step n is a
   pure function of (seed, n, the features of refresh n // refresh_every). On each refresh the
   sampler is built again on the new features: the `"auto"` radius is calibrated and mingling
@@ -65,7 +65,7 @@ class ModelSpace:
 
   Attributes:
     model: the Keras model being trained.
-    source: `EmbeddingFeatures()`, `GradientFeatures()` or a `ModelFeatures` of your own.
+    source: `EmbeddingFeatures()`, `GradientFeatures()` or a `FeatureSource` of your own.
     refresh_every: R, the optimizer steps between refreshes (>= 1).
     directory: where each refresh's features are saved; None: not saved, and a run can then
       resume only at a refresh's step (anywhere else raises).
@@ -87,17 +87,17 @@ class ModelSpace:
   ...                           keras.layers.Dense(2)])
   >>> space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), refresh_every=5)
   >>> batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(radius="auto"), seed=0,
-  ...                                        start_step=0, model_space=space, verbose=False)
+  ...     start_step=0, features=space, options=tf_repulsive.BatcherOptions(verbose=False))
   >>> iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
   >>> for step in range(8):
   ...   _ = batcher.refresh_features(step)
   ...   batch_x, batch_y = next(iterator)
-  >>> batcher.refreshes_installed()
+  >>> batcher.stats().refreshes
   2
   """
 
   model: Any
-  source: _contract.ModelFeatures
+  source: _contract.FeatureSource
   refresh_every: int
   directory: str | os.PathLike | None = None
   keep_last: int | None = None
@@ -109,8 +109,8 @@ class ModelSpace:
   def __post_init__(self):
     if not isinstance(self.model, keras.Model):
       raise TypeError(f"`model` must be the keras.Model being trained; got {self.model!r}.")
-    if not isinstance(self.source, _contract.ModelFeatures):
-      raise TypeError(f"`source` must be a tf_repulsive.ModelFeatures (EmbeddingFeatures(), GradientFeatures(), "
+    if not isinstance(self.source, _contract.FeatureSource):
+      raise TypeError(f"`source` must be a tf_repulsive.FeatureSource (EmbeddingFeatures(), GradientFeatures(), "
                       f"or a subclass); got {self.source!r}.")
     _checks.integer(self.refresh_every, "refresh_every", 1)
     _checks.integer(self.chunk_size, "chunk_size", 1)
@@ -127,12 +127,12 @@ class ModelSpace:
 
 
 
-def model_inputs(elements: Any, source: _contract.ModelFeatures) -> tuple[Any, Any]:
+def model_inputs(elements: Any, source: _contract.FeatureSource) -> tuple[Any, Any]:
   """(x, y) of the materialised elements by Keras' conventions, or a TypeError saying what they must be."""
   if isinstance(elements, tuple) and (len(elements) in (2, 3) or (len(elements) == 1 and not source.needs_labels)):
     return elements[0], elements[1] if len(elements) > 1 else None
   raise TypeError(
-      "a model_space batcher computes the features from the elements as the model takes them: "
+      "a ModelSpace batcher computes the features from the elements as the model takes them: "
       "they must be (x, y) or (x, y, sample_weight) tuples" + ("" if source.needs_labels else " (or (x,))")
       + f"; got elements of structure {tf.nest.map_structure(lambda leaf: leaf.shape, elements)}. "
       "Map the dataset to that form before the batcher.")
@@ -177,7 +177,7 @@ def load(space: ModelSpace, refresh: int) -> tuple[np.ndarray, str] | None:
 def compute(space: ModelSpace, elements: Any) -> np.ndarray:
   """The features of the model as it is now, for every element."""
   x, y = model_inputs(elements, space.source)
-  return _model_features.model_features(space.source, space.model, x, y, inputs_fn=space.inputs_fn,
+  return _model_features.compute_features(space.source, space.model, x, y, inputs_fn=space.inputs_fn,
                                         chunk_size=space.chunk_size, verbose=space.verbose)
 
 

@@ -5,7 +5,7 @@ The element conventions are Keras': a tuple element is `(x,)`, `(x, y)` or `(x, 
 sample weight; the features are every numeric tensor of `x` (one input, a tuple of inputs or a
 dict of them), flattened and concatenated. A dict element (TFDS style) has its label under
 "label" and its features in the one other numeric component. Everything else is said with
-`feature_fn` / `label_fn`, and every default that does not apply fails here, before reading,
+`repulsive_batch`'s `features` / `labels` functions, and every default that does not apply fails here, before reading,
 with the argument to pass.
 """
 
@@ -120,7 +120,7 @@ def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bo
     if _SHAPE_MISMATCH not in error.message:
       raise
     raise ValueError(
-        "elements (or the feature vectors of `feature_fn`) differ in shape across the dataset; "
+        "elements (or the feature vectors of `features`) differ in shape across the dataset; "
         "they must have one shape to be batched. Pad or resize them first.") from error
   if not arrays:
     raise ValueError("the input dataset is empty; repulsive_batch needs at least batch_size elements.")
@@ -134,7 +134,7 @@ def materialize(dataset: tf.data.Dataset, feature_fn, label_fn, needs_labels: bo
     first = int(np.argmax(bad_rows))
     raise ValueError(f"{int(bad_rows.sum())} elements have {_what_is_not_finite(selected, first)} (first "
                      f"at index {first}); distances are measured in float32. Clean or rescale them, or "
-                     "pass a `feature_fn` that maps them to finite float32 values.")
+                     "pass a `features` function that maps them to finite float32 values.")
   return Materialized(elements=read[0], features=features, labels=read[2] if needs_labels else None)
 
 
@@ -154,7 +154,7 @@ def _check_readable(dataset: tf.data.Dataset, max_elements: int) -> int:
   if cardinality > max_elements:
     raise ValueError(
         f"the input dataset has {cardinality} elements, more than `max_elements` = {max_elements}; "
-        "pass a larger max_elements or a smaller dataset.")
+        "pass a larger BatcherOptions(max_elements=...) or a smaller dataset.")
   for spec in tf.nest.flatten(dataset.element_spec):
     if not isinstance(spec, tf.TensorSpec):
       raise TypeError(
@@ -178,35 +178,35 @@ def _conventions(spec: Any, feature_fn, label_fn, needs_labels: bool) -> _Conven
     if needs_labels and label_fn is None:
       raise ValueError(
           "this sampler needs class labels, but the elements are single tensors without one: use "
-          "(x, y) elements or pass `label_fn`, e.g. label_fn=lambda x: ...")
+          "(x, y) elements or pass `labels`, e.g. labels=lambda x: ...")
     return _Conventions(feature_fn or (lambda x: x), label_fn, "x", default_features=feature_fn is None)
   parameters = {1: "x", 2: "x, y", 3: "x, y, sample_weight"}.get(len(spec))
   if parameters is None:
     # Keras' fit itself refuses tuples of other lengths.
     parameters = ", ".join(f"c{i}" for i in range(len(spec)))
-    missing = [name for name, fn, needed in (("feature_fn", feature_fn, True), ("label_fn", label_fn, needs_labels))
+    missing = [name for name, fn, needed in (("features", feature_fn, True), ("labels", label_fn, needs_labels))
                if needed and fn is None]
     if missing:
       raise ValueError(
           f"the elements are tuples of {len(spec)} components; the defaults follow Keras' (x,), (x, y) "
           f"and (x, y, sample_weight). Pass {' and '.join(f'`{name}`' for name in missing)}, called "
-          f"with the components: e.g. feature_fn=lambda {parameters}: c0.")
+          f"with the components: e.g. features=lambda {parameters}: c0.")
   if needs_labels and label_fn is None:
     if len(spec) < 2:
       raise ValueError(
           "this sampler needs class labels but the elements are (x,) without a label; use (x, y) "
-          "elements or pass `label_fn`.")
+          "elements or pass `labels`.")
     if not isinstance(spec[1], tf.TensorSpec):
       raise TypeError(
-          f"the label component y of (x, y, ...) is nested ({spec[1]}): pass `label_fn` to say "
-          f"which class id to use, e.g. label_fn=lambda {parameters}: ...")
+          f"the label component y of (x, y, ...) is nested ({spec[1]}): pass `labels` to say "
+          f"which class id to use, e.g. labels=lambda {parameters}: ...")
     label_fn = lambda *components: components[1]  # noqa: E731 (y, as Keras unpacks it)
   return _Conventions(feature_fn or (lambda *components: components[0]), label_fn, parameters,
                       default_features=feature_fn is None)
 
 
 def _dict_conventions(spec: dict, feature_fn, label_fn, needs_labels: bool) -> _Conventions:
-  """Default `feature_fn` / `label_fn` for dict elements: by name, never by sorted key order.
+  """The default feature and label functions for dict elements: by name, never by sorted key order.
 
   The label is the "label" key (the TFDS convention); the features are the one other numeric
   component. Anything else is ambiguous and must be said with the argument.
@@ -215,8 +215,8 @@ def _dict_conventions(spec: dict, feature_fn, label_fn, needs_labels: bool) -> _
   if needs_labels and label_fn is None:
     if "label" not in spec:
       raise ValueError(
-          f"the elements are dicts with keys {keys} and no 'label' key: pass `label_fn`, e.g. "
-          "label_fn=lambda e: e['class_id'].")
+          f"the elements are dicts with keys {keys} and no 'label' key: pass `labels`, e.g. "
+          "labels=lambda e: e['class_id'].")
     label_fn = lambda element: element["label"]  # noqa: E731
   default_features = feature_fn is None
   if default_features:
@@ -226,8 +226,8 @@ def _dict_conventions(spec: dict, feature_fn, label_fn, needs_labels: bool) -> _
       found = "none" if not numeric else " and ".join(repr(key) for key in numeric)
       raise ValueError(
           f"the elements are dicts with keys {keys}: the features default to the one numeric "
-          f"component besides 'label', and found {found}. Pass `feature_fn`, e.g. "
-          f"feature_fn=lambda e: e[{(numeric or keys)[0]!r}].")
+          f"component besides 'label', and found {found}. Pass `features`, e.g. "
+          f"features=lambda e: e[{(numeric or keys)[0]!r}].")
     feature_key = numeric[0]
     feature_fn = lambda element: element[feature_key]  # noqa: E731
   return _Conventions(feature_fn, label_fn, "e", default_features=default_features)
@@ -241,15 +241,15 @@ def _check_selected(spec: tuple, conventions: _Conventions, needs_labels: bool, 
     raise TypeError(
         "features must be numeric, and the default features, the numeric tensors of x (of (x, y, "
         "...) elements, or of the element), are none: x holds only non-numeric tensors. Pass a "
-        f"`feature_fn` that returns the numeric vector distances are measured in: feature_fn=lambda "
+        f"`features` function that returns the numeric vector distances are measured in: features=lambda "
         f"{parameters}: ...")
   for feature in features:
     if not isinstance(feature, tf.TensorSpec):
-      raise TypeError(f"`feature_fn` must return dense tensors; got a {type(feature).__name__}.")
+      raise TypeError(f"`features` must return dense tensors; got a {type(feature).__name__}.")
     if not _is_numeric(feature.dtype):
       raise TypeError(
-          f"features must be numeric; got dtype {feature.dtype.name}. Pass a `feature_fn` that "
-          f"returns the numeric vector distances are measured in: feature_fn=lambda {parameters}: ...")
+          f"features must be numeric; got dtype {feature.dtype.name}. Pass a `features` function that "
+          f"returns the numeric vector distances are measured in: features=lambda {parameters}: ...")
   if not needs_labels:
     return
   label = spec[2]
@@ -257,17 +257,17 @@ def _check_selected(spec: tuple, conventions: _Conventions, needs_labels: bool, 
   if label_kind == "target":
     if not isinstance(label, tf.TensorSpec) or not (label.dtype.is_floating or label.dtype.is_integer):
       raise TypeError(f"labels must be one real-valued regression target per element ({default}); "
-                      f"`label_fn` returned {label}. Pass a `label_fn` that returns it.")
+                      f"`labels` returned {label}. Pass a `labels` function that returns it.")
     if label.shape.num_elements() not in (None, 1):
       raise ValueError(f"labels must be one regression target per element; got shape {label.shape} ({default}). "
-                       f"Pass a `label_fn` that returns one value, e.g. label_fn=lambda {parameters}: ...")
+                       f"Pass a `labels` function that returns one value, e.g. labels=lambda {parameters}: ...")
     return
   if not isinstance(label, tf.TensorSpec):
-    raise TypeError(f"labels must be one integer class id per element; `label_fn` returned {label}.")
-  argmax = f"label_fn=lambda {parameters}: tf.argmax({'y' if parameters.startswith('x, y') else '...'})"
+    raise TypeError(f"labels must be one integer class id per element; `labels` returned {label}.")
+  argmax = f"labels=lambda {parameters}: tf.argmax({'y' if parameters.startswith('x, y') else '...'})"
   if not label.dtype.is_integer:
     hint = (f"for one-hot labels pass {argmax}" if label.shape.rank and label.shape.num_elements() != 1
-            else f"pass a `label_fn` that returns them as integers (label_fn=lambda {parameters}: tf.cast(...))")
+            else f"pass a `labels` function that returns them as integers (labels=lambda {parameters}: tf.cast(...))")
     raise TypeError(f"labels must be integer class ids; got dtype {label.dtype.name} ({default}): {hint}. "
                     "For real-valued regression targets, give Easy / Dense / Anneal PDS a `target_gap_quantile`.")
   if label.shape.num_elements() not in (None, 1):
@@ -317,7 +317,7 @@ def _stack_chunks(chunks, total: int | None, max_elements: int, progress) -> lis
     if rows + count > max_elements:
       raise ValueError(
           f"the input dataset has more than `max_elements` = {max_elements} elements (or is "
-          "endless); pass a larger max_elements or a smaller dataset.")
+          "endless); pass a larger BatcherOptions(max_elements=...) or a smaller dataset.")
     if total is None:
       pending.append(leaves)
     else:

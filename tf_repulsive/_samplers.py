@@ -146,7 +146,7 @@ class _MinglingPDS(DiskSampler):
           f"the labels take one value ({distinct[0]}) over all {num_points} elements, and the {what} of "
           f"{type(self).__name__} need{'' if self.label_kind == 'target' else 's'} at least two "
           f"{'values' if self.label_kind == 'target' else 'classes'}. Check the labels: by default y "
-          "of (x, y[, sample_weight]) elements, or the 'label' key of dicts; pass `label_fn` for others.")
+          "of (x, y[, sample_weight]) elements, or the 'label' key of dicts; pass `labels` for others.")
     return _mingling.mingling_values(context.features, context.labels, self.neighbors,
                                      target_gap_quantile=self.target_gap_quantile, verbose=context.verbose)
 

@@ -30,6 +30,8 @@ import numpy as np
 import tensorflow as tf
 
 from tf_repulsive import _checks
+from tf_repulsive import _inclusion_weights
+from tf_repulsive import _options
 from tf_repulsive import _pipeline
 from tf_repulsive import _contract
 from tf_repulsive import _model_features
@@ -682,7 +684,7 @@ def batch_weights(batcher: _pipeline.RepulsiveBatcher, batches: Any) -> np.ndarr
     raise ValueError(
         "this batcher has no inclusion weights: build it with repulsive_batch(..., inclusion_weights=True).")
   batches = _check_batches(batches, len(probabilities), "batches", 1)
-  inverse = _pipeline.inverse_inclusion(probabilities)[batches]
+  inverse = _inclusion_weights.inverse_inclusion(probabilities)[batches]
   return inverse * (batches.shape[1] / inverse.sum(axis=1, keepdims=True))
 
 
@@ -700,8 +702,8 @@ def _sampling_data(model: keras.Model, x: Any, y: Any, features: SamplingFeature
   labels = np.asarray(y)
   if features is None:
     return tf.data.Dataset.from_tensor_slices((np.asarray(x), labels)), "inputs, flattened"
-  if isinstance(features, _contract.ModelFeatures):
-    computed = _model_features.model_features(features, model, x, y, verbose=False)
+  if isinstance(features, _contract.FeatureSource):
+    computed = _model_features.compute_features(features, model, x, y, verbose=False)
     return (tf.data.Dataset.from_tensor_slices((computed, labels)),
             f"{features!r} of the model at these parameters ({computed.shape[1]} dims)")
   if hasattr(features, "__array__"):  # numpy arrays, eager tensors
@@ -710,7 +712,7 @@ def _sampling_data(model: keras.Model, x: Any, y: Any, features: SamplingFeature
       raise ValueError(f"`features` as an array must be numeric [N, d] with N = {labels.shape[0]}; got "
                        f"{given.dtype} {given.shape}.")
     return tf.data.Dataset.from_tensor_slices((given, labels)), f"given features ({given.shape[1]} dims)"
-  raise TypeError(f"`features` must be None (the inputs), a tf_repulsive.ModelFeatures such as "
+  raise TypeError(f"`features` must be None (the inputs), a tf_repulsive.FeatureSource such as "
                   f"GradientFeatures(), or an [N, d] array; got {features!r}.")
 
 
@@ -742,7 +744,7 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
     sketch_dim: count-sketch dimension, or None for exact gradients.
     chunk_size: examples per vectorised gradient call; None: automatic.
     features: where the samplers measure distances (and mingling values): None for the inputs
-      x, flattened; a `tf_repulsive.ModelFeatures` (`GradientFeatures()`, `EmbeddingFeatures()`)
+      x, flattened; a `tf_repulsive.FeatureSource` (`GradientFeatures()`, `EmbeddingFeatures()`)
       for the model's own space at its current parameters; or an `[N, d]` array.
     inclusion_weights: weight each sampler's elements as `repulsive_batch(...,
       inclusion_weights=True)` streams do (1 / inclusion probability, scaled to average 1 per
@@ -885,7 +887,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
     sketch_dim: count-sketch dimension, or None for exact gradients.
     chunk_size: examples per vectorised gradient call; None: automatic.
     features: where the disks live: None for the inputs x, flattened; a
-      `tf_repulsive.ModelFeatures` for the model's own space at its current parameters; or an
+      `tf_repulsive.FeatureSource` for the model's own space at its current parameters; or an
       `[N, d]` array (see `gradient_variance`).
 
   Returns:
@@ -917,7 +919,8 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
       raise wrong from error
     if not isinstance(instance, _samplers.DiskSampler):
       raise wrong
-    batcher = _pipeline.repulsive_batch(batch_size, instance, seed=seed, start_step=start_step, verbose=False)
+    batcher = _pipeline.repulsive_batch(batch_size, instance, seed=seed, start_step=start_step,
+                                        options=_options.BatcherOptions(verbose=False))
     # Radii that do not fit are part of the sweep: the fill rate column reports them.
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", RuntimeWarning)

@@ -37,7 +37,7 @@ class Config(settings.Settings):
   batches: int = settings.setting(300, "Batches timed per measurement (after warm-up).", minimum=1)
   throughput_batches: int = settings.setting(3000, "Batches timed in part 2.", minimum=1)
   distance_cache_mib: int = settings.setting(
-      512, "repulsive_batch's distance_cache_bytes in MiB (0: Gram blocks per batch).", minimum=0)
+      512, "BatcherOptions.distance_cache_bytes in MiB (0: Gram blocks per batch).", minimum=0)
   seed: int = settings.setting(0, "Seed of the synthetic data and the sampler.")
 
 
@@ -71,9 +71,9 @@ def table_one(config: Config) -> None:
   for k in config.sizes:
     start = time.perf_counter()
     # start_step=0: the stream is iterated here, not by `fit` with its callback.
-    batcher = tf_repulsive.repulsive_batch(
-        k, tf_repulsive.VanillaPDS(), feature_fn=lambda i: tf.gather(constant, i), seed=config.seed,
-        start_step=0, distance_cache_bytes=cache_bytes)
+    batcher = tf_repulsive.repulsive_batch(k, tf_repulsive.VanillaPDS(), features=lambda i: tf.gather(constant, i),
+                                           seed=config.seed, start_step=0,
+                                           options=tf_repulsive.BatcherOptions(distance_cache_bytes=cache_bytes))
     # Elements are indices, so a batch is exactly the sampled index set.
     batches_of_indices = indices.apply(batcher)
     prep = time.perf_counter() - start

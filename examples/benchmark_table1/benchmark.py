@@ -48,8 +48,7 @@ def time_per_batch(features: np.ndarray, sampler: tf_repulsive.Sampler, k: int, 
   constant = tf.constant(features)
   start = time.perf_counter()
   # start_step=0: the stream is iterated here, not by `fit` with its callback.
-  batcher = tf_repulsive.repulsive_batch(k, sampler, feature_fn=lambda i: tf.gather(constant, i), seed=seed,
-                                         start_step=0)
+  batcher = tf_repulsive.repulsive_batch(k, sampler, features=lambda i: tf.gather(constant, i), seed=seed, start_step=0)
   # Elements are indices, so a batch is exactly the sampled index set.
   iterator = iter(tf.data.Dataset.range(features.shape[0]).apply(batcher))
   preparation = time.perf_counter() - start

@@ -62,7 +62,7 @@ class Config(measurement.MeasurementConfig):
       "inclusion_weights=True)), as <sampler>@<space> weighted.", choices=_WEIGHABLE)
 
 
-def _sources(config: Config) -> dict[str, tf_repulsive.ModelFeatures | None]:
+def _sources(config: Config) -> dict[str, tf_repulsive.FeatureSource | None]:
   return {"input": None, "embedding": tf_repulsive.EmbeddingFeatures(),
           "gradient": tf_repulsive.GradientFeatures(projection_dim=config.projection_dim, seed=config.seed)}
 
@@ -94,7 +94,7 @@ def measure(config: Config, workdir: str | pathlib.Path, log: Callable[[str], No
       draws, radii, weights = {}, {}, {}
       for space in config.spaces:
         source = sources[space]
-        features = x.reshape(len(x), -1) if source is None else tf_repulsive.model_features(source, model, x, y)
+        features = x.reshape(len(x), -1) if source is None else tf_repulsive.compute_features(source, model, x, y)
         data = tf.data.Dataset.from_tensor_slices((features, y))
         for name in config.samplers:
           if name in _UNSPACED and space != config.spaces[0]:
@@ -141,7 +141,7 @@ def _last_layer_norms(model, x: np.ndarray, y: np.ndarray) -> np.ndarray:
   """`[N]` the norm of each example's exact gradient with respect to the last Dense layer."""
   last = model.layers[-1]
   exact = tf_repulsive.GradientFeatures(projection_dim=int(last.kernel.shape[1]) * (int(last.kernel.shape[0]) + 1))
-  return np.linalg.norm(tf_repulsive.model_features(exact, model, x, y, verbose=False), axis=1)
+  return np.linalg.norm(tf_repulsive.compute_features(exact, model, x, y, verbose=False), axis=1)
 
 
 def importance_sampling_variance(gradients: np.ndarray, scores: np.ndarray, batch_size: int) -> float:

@@ -65,7 +65,7 @@ def load_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def sampling_features(label_weight: float):
-  """The feature_fn of the sampling space: (1 - w) * image features ++ w * one-hot label."""
+  """The `features` function of the sampling space: (1 - w) * image features ++ w * one-hot label."""
 
   def features(image: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
     return tf.concat([(1.0 - label_weight) * image, label_weight * tf.one_hot(label, NUM_CLASSES)], axis=-1)
@@ -82,7 +82,8 @@ def test_accuracy_per_epoch(data: tuple[np.ndarray, ...], sampler_name: str, bat
   model.compile(optimizer=keras.optimizers.SGD(config.learning_rate),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
   batcher = tf_repulsive.repulsive_batch(batch_size, common.make_sampler(sampler_name, radius=config.radius), seed=seed,
-                                         feature_fn=sampling_features(config.label_weight), verbose=False)
+                                         features=sampling_features(config.label_weight),
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   batches = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)
   history = model.fit(batches, epochs=config.epochs, steps_per_epoch=len(y_train) // batch_size,
                       validation_data=(x_test, y_test), callbacks=common.sampler_callbacks(batcher), shuffle=False,

@@ -151,7 +151,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                                 dense_pi=config.dense_pi)
   space = common.model_space(config.space, model, refresh_every=config.refresh_every, workdir=workdir,
                              seed=config.seed)
-  batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed, model_space=space,
+  batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed, features=space,
                                          inclusion_weights=config.inclusion_weights)
   train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)
   test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(500)

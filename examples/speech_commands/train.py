@@ -13,7 +13,7 @@ therefore separates *which* examples a batch holds from *how* they are presented
 
 1. The point set is the training partition with its un-augmented audio: `repulsive_batch` reads
    elements `(waveform, label)` once and measures distances (radius, disks, mingling indices) on
-   `feature_fn` = the MFCCs of the clean waveform. A silence entry is its fixed noise clip.
+   `features` = the MFCCs of the clean waveform. A silence entry is its fixed noise clip.
 2. A batch is one draw of the sampler: the clean waveforms and labels of the drawn examples.
 3. After sampling, per batch, in the tf.data pipeline and with graph ops only (stateless random
    ops keyed by a per-batch seed stream): time shift and noise mixing as TF does, then the MFCCs of
@@ -242,9 +242,8 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   # In the model's space, the features are the model's on the clean clips' MFCCs (what it takes).
   space = common.model_space(config.space, model, refresh_every=config.refresh_every, workdir=workdir,
                              seed=config.seed, inputs_fn=clean_mfcc)
-  batcher = tf_repulsive.repulsive_batch(
-      config.batch_size, sampler, seed=config.seed, model_space=space,
-      feature_fn=None if space else lambda waveform, label: clean_mfcc(waveform))
+  batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed,
+                                         features=space or (lambda waveform, label: clean_mfcc(waveform)))
   batches = tf.data.Dataset.from_tensor_slices((train_waveforms, train_labels)).apply(batcher)
   train_features = _features(train_waveforms, settings)
   time_shift_samples = int(config.sample_rate * config.time_shift_ms / 1000)

@@ -8,6 +8,15 @@ import setuptools
 _HERE = pathlib.Path(__file__).parent
 _VERSION = re.search(r'__version__ = "([^"]+)"', (_HERE / "tf_repulsive" / "__init__.py").read_text()).group(1)
 
+
+def _tested(package: str, constant: str) -> str:
+  """`package` within the releases tf_repulsive is tested on: the range `constant` of tf_repulsive/_framework.py."""
+  framework = (_HERE / "tf_repulsive" / "_framework.py").read_text()
+  oldest, newest = re.search(rf'{constant} = \("([0-9.]+)", "([0-9.]+)"\)', framework).groups()
+  major, minor = newest.split(".")
+  return f"{package}>={oldest},<{major}.{int(minor) + 1}"
+
+
 setuptools.setup(
     name="tf_repulsive",
     version=_VERSION,
@@ -21,14 +30,15 @@ setuptools.setup(
     # installing one does not pull in the other.
     install_requires=[
         "numpy>=1.24",
-        "keras>=3.0",
+        # The tested range, which the package's guard on framework internals also names.
+        _tested("keras", "TESTED_KERAS"),
         # Progress bars for long one-time preprocessing (delayed, on stderr); tensorflow-datasets
         # depends on it too.
         "tqdm>=4.60",
     ],
     extras_require={
-        "cpu": ["tensorflow-cpu>=2.16"],
-        "gpu": ["tensorflow>=2.16"],
+        "cpu": [_tested("tensorflow-cpu", "TESTED_TENSORFLOW")],
+        "gpu": [_tested("tensorflow", "TESTED_TENSORFLOW")],
         # tensorflow-datasets imports importlib_resources but declares it only for Python < 3.9.
         "datasets": ["tensorflow-datasets>=4.9", "importlib_resources"],
         # The examples' programs take absl flags and generate or split their data with scikit-learn.

@@ -13,6 +13,8 @@ from typing import Iterator
 
 import tensorflow as tf
 
+from tf_repulsive import _framework
+
 # Transformations that cannot end an endless input (they pass, drop or expand its elements).
 _KEEPS_ENDLESS = frozenset((
     "_MapDataset", "_ParallelMapDataset", "_FilterDataset", "_FlatMapDataset", "_InterleaveDataset",
@@ -44,6 +46,7 @@ PER_STEP_RANDOMNESS_FIX = (
     "stateless op with a constant seed (tf.random.stateless_normal(shape, seed=[1, 2]), ...).")
 
 
+@_framework.guarded
 def nodes(dataset: tf.data.Dataset) -> Iterator[tf.data.Dataset]:
   """`dataset` and every dataset upstream of it (through all inputs), each once."""
   pending, seen = [dataset], set()
@@ -61,11 +64,13 @@ def kind(dataset: tf.data.Dataset) -> str:
   return type(dataset).__name__.lstrip("_").replace("DatasetV2", "").replace("Dataset", "") or "Dataset"
 
 
+@_framework.guarded
 def read_from_service(dataset: tf.data.Dataset) -> bool:
   """Whether `dataset` reads its elements from tf.data service (`distribute`) workers."""
   return any(kind(node) == "DataService" for node in nodes(dataset))
 
 
+@_framework.guarded
 def upstream_batch_size(dataset: tf.data.Dataset) -> int | None:
   """The batch size when `dataset`'s elements are batches made upstream, else None.
 
@@ -95,6 +100,7 @@ def upstream_batch_size(dataset: tf.data.Dataset) -> int | None:
   return None
 
 
+@_framework.guarded
 def endless_upstream(dataset: tf.data.Dataset) -> str | None:
   """The name of an infinite dataset upstream that only endless-preserving steps follow, else None.
 
@@ -117,6 +123,7 @@ def endless_upstream(dataset: tf.data.Dataset) -> str | None:
   return kind(node).lower()
 
 
+@_framework.guarded
 def run_to_run_difference(dataset: tf.data.Dataset) -> str | None:
   """What makes the elements, or their order, differ from run to run upstream; None if nothing does.
 
@@ -140,6 +147,7 @@ def run_to_run_difference(dataset: tf.data.Dataset) -> str | None:
   return None
 
 
+@_framework.guarded
 def per_element_randomness(dataset: tf.data.Dataset) -> str | None:
   """The first random or state-changing op in a dataset function upstream, described; else None.
 
@@ -200,6 +208,7 @@ _KEEPS_THE_STEP = frozenset((
     "PrefetchToDevice"))
 
 
+@_framework.guarded
 def transformations_between(final: tf.data.Dataset, stream: tf.data.Dataset) -> list[str] | None:
   """The kinds of the transformations from `stream` down to `final`, or None if `final` is not made from it.
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import keras
 
+from tf_repulsive import _framework
+
 # Frames between a callback's hook and `fit` (the hook, CallbackList's hook, fit, a decorator or
 # two); the search is bounded so that a hook called from elsewhere costs little.
 _MAX_FRAMES = 24
@@ -22,6 +24,7 @@ _MAX_FRAMES = 24
 
 def callback_list() -> keras.callbacks.CallbackList | None:
   """The `CallbackList` whose hook (directly or through a subclass's `super()`) is running, or None."""
+  _framework.check_tested()  # (not a decorator: a wrapper would be one more frame to walk)
   for frame_locals in _caller_locals():
     candidate = frame_locals.get("self")
     if isinstance(candidate, keras.callbacks.CallbackList):
@@ -31,6 +34,7 @@ def callback_list() -> keras.callbacks.CallbackList | None:
 
 def fit_input() -> Any:
   """The `x` given to the `Model.fit` call that is running, or None outside `fit`."""
+  _framework.check_tested()
   frame: types.FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
   for _ in range(_MAX_FRAMES):
     if frame is None:

@@ -18,17 +18,58 @@ components, which the batch stream never has): `unbatch_dense` leaves that map o
 
 from __future__ import annotations
 
+import functools
+import types
 from typing import Any, Callable
 
 import tensorflow as tf
-from tensorflow.python.data.ops import dataset_ops
-from tensorflow.python.data.ops import structured_function
-from tensorflow.python.data.ops import unbatch_op
-from tensorflow.python.data.util import structure
-from tensorflow.python.ops import gen_dataset_ops
-from tensorflow.python.ops import gen_experimental_dataset_ops
+
+from tf_repulsive import _framework
 
 _SINGLE_DEVICE = {"experimental_ints_on_device": True}
+
+
+@functools.cache
+def _internals() -> types.SimpleNamespace:
+  """TensorFlow's private pieces this module builds with, imported at first use behind the version guard."""
+  _framework.check_tested()
+  try:
+    # pylint: disable=g-import-not-at-top
+    from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.data.ops import structured_function
+    from tensorflow.python.data.ops import unbatch_op
+    from tensorflow.python.data.util import structure
+    from tensorflow.python.ops import gen_dataset_ops
+    from tensorflow.python.ops import gen_experimental_dataset_ops
+
+    class HostFunctionDataset(dataset_ops.UnaryDataset):
+      """A dataset op over one already traced `StructuredFunctionWrapper`, as tf.data's map and scan are.
+
+      `make_variant(common_args)` builds the op (common_args: the element types, shapes, metadata).
+      """
+
+      def __init__(self, input_dataset: tf.data.Dataset, wrapper: Any, element_spec: Any,
+                   make_variant: Callable[[dict[str, Any]], tf.Tensor]):
+        self._input_dataset = input_dataset
+        self._function = wrapper
+        self._structure = element_spec
+        self._name = None
+        super().__init__(input_dataset, make_variant(self._common_args))
+
+      def _functions(self):
+        return [self._function]
+
+      @property
+      def element_spec(self):
+        return self._structure
+
+    return types.SimpleNamespace(
+        function_wrapper=structured_function.StructuredFunctionWrapper, unbatch=unbatch_op._UnbatchDataset,  # pylint: disable=protected-access
+        to_tensor_list=structure.to_tensor_list, parallel_map=gen_dataset_ops.parallel_map_dataset_v2,
+        map=gen_dataset_ops.map_dataset, scan=gen_experimental_dataset_ops.scan_dataset,
+        host_function_dataset=HostFunctionDataset)
+  except (ImportError, AttributeError) as error:
+    raise _framework.moved("TensorFlow's private tf.data constructors (tensorflow.python.data)", error) from error
 
 
 def parallel_map_on_host(dataset: tf.data.Dataset, map_func: Callable[..., Any]) -> tf.data.Dataset:
@@ -49,8 +90,8 @@ def map_on_host(dataset: tf.data.Dataset, map_func: Callable[..., Any]) -> tf.da
 
 
 def _map_on_host(dataset: tf.data.Dataset, map_func: Callable[..., Any], parallel: bool) -> tf.data.Dataset:
-  wrapper = structured_function.StructuredFunctionWrapper(
-      map_func, "Dataset.map()", dataset=dataset, defun_kwargs=dict(_SINGLE_DEVICE))
+  internals = _internals()
+  wrapper = internals.function_wrapper(map_func, "Dataset.map()", dataset=dataset, defun_kwargs=dict(_SINGLE_DEVICE))
   if not _captures_only_host_resources(wrapper):
     if parallel:
       return dataset.map(map_func, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -58,12 +99,12 @@ def _map_on_host(dataset: tf.data.Dataset, map_func: Callable[..., Any], paralle
   arguments = dict(input_dataset=dataset._variant_tensor,  # pylint: disable=protected-access
                    other_arguments=wrapper.function.captured_inputs, f=wrapper.function, preserve_cardinality=True)
   if parallel:
-    return _HostFunctionDataset(dataset, wrapper, wrapper.output_structure, lambda common_args: (
-        gen_dataset_ops.parallel_map_dataset_v2(
+    return internals.host_function_dataset(dataset, wrapper, wrapper.output_structure, lambda common_args: (
+        internals.parallel_map(
             num_parallel_calls=tf.constant(tf.data.AUTOTUNE, tf.int64), deterministic="true",
             **arguments, **common_args)))
-  return _HostFunctionDataset(dataset, wrapper, wrapper.output_structure, lambda common_args: (
-      gen_dataset_ops.map_dataset(use_inter_op_parallelism=False, **arguments, **common_args)))
+  return internals.host_function_dataset(dataset, wrapper, wrapper.output_structure, lambda common_args: (
+      internals.map(use_inter_op_parallelism=False, **arguments, **common_args)))
 
 
 def scan_on_host(dataset: tf.data.Dataset, initial_state: tf.Tensor,
@@ -72,8 +113,9 @@ def scan_on_host(dataset: tf.data.Dataset, initial_state: tf.Tensor,
 
   Falls back to that public call as `parallel_map_on_host` does.
   """
+  internals = _internals()
   state_spec = tf.TensorSpec.from_tensor(initial_state)
-  wrapper = structured_function.StructuredFunctionWrapper(
+  wrapper = internals.function_wrapper(
       scan_func, "Dataset.scan()", input_structure=(state_spec, dataset.element_spec),
       defun_kwargs=dict(_SINGLE_DEVICE))
   new_state_spec = wrapper.output_structure[0]
@@ -81,10 +123,10 @@ def scan_on_host(dataset: tf.data.Dataset, initial_state: tf.Tensor,
     raise ValueError(f"scan_on_host needs a state of fixed type and shape: {state_spec} became {new_state_spec}.")
   if not _captures_only_host_resources(wrapper):
     return dataset.scan(initial_state, scan_func)
-  return _HostFunctionDataset(dataset, wrapper, wrapper.output_structure[1], lambda common_args: (
-      gen_experimental_dataset_ops.scan_dataset(
+  return internals.host_function_dataset(dataset, wrapper, wrapper.output_structure[1], lambda common_args: (
+      internals.scan(
           dataset._variant_tensor,  # pylint: disable=protected-access
-          structure.to_tensor_list(state_spec, initial_state), wrapper.function.captured_inputs,
+          internals.to_tensor_list(state_spec, initial_state), wrapper.function.captured_inputs,
           f=wrapper.function, preserve_cardinality=True, **common_args)))
 
 
@@ -92,38 +134,16 @@ def unbatch_dense(dataset: tf.data.Dataset) -> tf.data.Dataset:
   """`dataset.unbatch()` for a dataset whose components are all dense tensors."""
   if not all(isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(dataset.element_spec)):
     raise TypeError(f"unbatch_dense needs dense tensor components; got {dataset.element_spec}.")
-  return unbatch_op._UnbatchDataset(dataset)  # pylint: disable=protected-access
+  return _internals().unbatch(dataset)
 
 
-def _captures_only_host_resources(wrapper: structured_function.StructuredFunctionWrapper) -> bool:
+def _captures_only_host_resources(wrapper: Any) -> bool:
   return all(_on_host(tensor) for tensor in wrapper.function.captured_inputs if tensor.dtype == tf.resource)
 
 
 def _on_host(resource: tf.Tensor) -> bool:
   device = tf.DeviceSpec.from_string(resource.device)
   return device.device_type in (None, "CPU") and device.device_index in (None, 0)
-
-
-class _HostFunctionDataset(dataset_ops.UnaryDataset):
-  """A dataset op over one already traced `StructuredFunctionWrapper`, as tf.data's map and scan are.
-
-  `make_variant(common_args)` builds the op (common_args: the element types, shapes, metadata).
-  """
-
-  def __init__(self, input_dataset: tf.data.Dataset, wrapper: structured_function.StructuredFunctionWrapper,
-               element_spec: Any, make_variant: Callable[[dict[str, Any]], tf.Tensor]):
-    self._input_dataset = input_dataset
-    self._function = wrapper
-    self._structure = element_spec
-    self._name = None
-    super().__init__(input_dataset, make_variant(self._common_args))
-
-  def _functions(self):
-    return [self._function]
-
-  @property
-  def element_spec(self):
-    return self._structure
 
 
 def inlined(function: tf.types.experimental.PolymorphicFunction, *arguments: object,

@@ -6,8 +6,7 @@ BUILD_DIR is the output of `sphinx-build -b html docs BUILD_DIR`; its `objects.i
 object the reference documents. Required there:
 
 * `tf_repulsive.<name>` for every name in `tf_repulsive.__all__`;
-* `tf_repulsive.diagnostics.<name>` for every public function, class and alias defined in
-  `tf_repulsive/diagnostics.py`;
+* `tf_repulsive.diagnostics.<name>` for every name in `tf_repulsive.diagnostics.__all__`;
 * for each of those classes, `<class>.<field>` for its dataclass fields, and `<class>.<member>` for
   every public method, property or class attribute that the class itself introduces (members a
   class inherits or overrides are required once, on the public class that first defines them;
@@ -19,7 +18,6 @@ entry in docs/api.rst, or a public member without a docstring, fails here.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import inspect
 import os
@@ -29,7 +27,6 @@ import sys
 import zlib
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
-_PACKAGE = "tf_repulsive"
 # An entry of objects.inv (version 2): name, domain:role, priority, location, display name.
 _ENTRY = re.compile(r"(.+?)\s+(\S+):(\S+)\s+(-?\d+)\s+(\S*)\s+(.*)")
 
@@ -49,19 +46,6 @@ def documented_objects(build_dir: pathlib.Path) -> set[str]:
   return names
 
 
-def module_level_names(path: pathlib.Path) -> list[str]:
-  """Public names that a module's own source defines at top level (not the ones it imports)."""
-  names = []
-  for node in ast.parse(path.read_text()).body:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-      names.append(node.name)
-    elif isinstance(node, ast.Assign):
-      names += [target.id for target in node.targets if isinstance(target, ast.Name)]
-    elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-      names.append(node.target.id)
-  return [name for name in names if not name.startswith("_")]
-
-
 def public_api() -> tuple[list[str], dict[type, str]]:
   """The full names that must be documented, and the public classes by their documented name."""
   sys.path.insert(0, str(_ROOT))
@@ -71,9 +55,8 @@ def public_api() -> tuple[list[str], dict[type, str]]:
 
   names = []
   classes: dict[type, str] = {}
-  for module, exported in ((tf_repulsive, list(tf_repulsive.__all__)),
-                           (diagnostics, module_level_names(_ROOT / _PACKAGE / "diagnostics.py"))):
-    for name in exported:
+  for module in (tf_repulsive, diagnostics):
+    for name in module.__all__:
       full_name = f"{module.__name__}.{name}"
       names.append(full_name)
       value = getattr(module, name)

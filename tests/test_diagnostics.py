@@ -1,6 +1,10 @@
 """Theorem-1 diagnostics: estimators against closed forms, per-example gradients by hand, g(r)."""
 
 import itertools
+import pathlib
+import subprocess
+import sys
+import textwrap
 import types
 
 import keras
@@ -429,3 +433,29 @@ def test_radius_sweep_bad_arguments(digits, kwargs, error, message):
   x, y = digits
   with pytest.raises(error, match=message):
     diagnostics.radius_sweep(_linear_softmax(), _XENT, x[:200], y[:200], 10, num_batches=3, **kwargs)
+
+
+# ----------------------------------------------------------------------------- package layout
+
+
+def test_the_numpy_estimators_load_and_run_without_tensorflow():
+  # tf_repulsive's own __init__ imports TensorFlow, so the subprocess gives the two packages empty
+  # stand-ins: only what the estimators' modules import themselves gets loaded.
+  package = pathlib.Path(tf_repulsive.__file__).parent
+  script = textwrap.dedent(f"""
+      import sys, types
+      import numpy as np
+      for name, path in (("tf_repulsive", {str(package)!r}),
+                         ("tf_repulsive.diagnostics", {str(package / "diagnostics")!r})):
+        stand_in = types.ModuleType(name)
+        stand_in.__path__ = [path]
+        sys.modules[name] = stand_in
+      from tf_repulsive.diagnostics import _kernels, _pair_correlation, _variance_split
+      result = _variance_split.variance_split(np.eye(4), {{"pairs": [[0, 1], [2, 3], [0, 2]]}})
+      assert result.reports["pairs"].batch_size == 2
+      assert _pair_correlation.pair_correlation(np.arange(4.0)[:, None], [[0, 2], [1, 3]], 3).num_pairs == 2
+      print(sorted(name for name in sys.modules if name.split(".")[0] in ("tensorflow", "keras")))
+  """)
+  run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr
+  assert run.stdout.strip() == "[]"

@@ -21,7 +21,13 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "myst_parser",
 ]
+
+# The guide and the results pages are Markdown (MyST); the API reference is reStructuredText.
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+# Headings down to level 3 get anchors, so pages can link to a section: page.md#a-heading.
+myst_heading_anchors = 3
 
 # The docstrings are Google style and write names in single backticks: those become Python
 # cross references (rendered as code; a link where the name is documented here).

@@ -1,4 +1,7 @@
-"""Sphinx configuration of the API reference (built from the docstrings; see scripts/test.sh)."""
+"""Sphinx configuration of the documentation site: the guide in Markdown, the API reference from the docstrings.
+
+scripts/test.sh builds it with warnings as errors.
+"""
 
 import os
 import pathlib
@@ -18,16 +21,11 @@ release = tf_repulsive.__version__
 version = release
 
 extensions = [
+    "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
-    "myst_parser",
 ]
-
-# The guide and the results pages are Markdown (MyST); the API reference is reStructuredText.
-source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-# Headings down to level 3 get anchors, so pages can link to a section: page.md#a-heading.
-myst_heading_anchors = 3
 
 # The docstrings are Google style and write names in single backticks: those become Python
 # cross references (rendered as code; a link where the name is documented here).
@@ -35,13 +33,19 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 default_role = "py:obj"
 
+# The guide and results pages are Markdown (MyST), the API reference reStructuredText.
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+# Anchors for headings down to level 3, so that pages link to each other's sections
+# (`guide/resuming.md#iterator-checkpoints`), as they do on GitHub.
+myst_heading_anchors = 3
+
 autodoc_member_order = "bysource"
 # The callbacks override Keras' hooks (on_epoch_end, ...): Keras' docstrings are not this API.
 autodoc_inherit_docstrings = False
 # Signatures name types without their (often private) modules: Sampler, not tf_repulsive._contract.Sampler.
 python_use_unqualified_type_names = True
 
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "results.md"]
 html_theme = "alabaster"
 html_title = f"tf_repulsive {release}"
 html_static_path: list[str] = []

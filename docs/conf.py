@@ -45,7 +45,7 @@ autodoc_inherit_docstrings = False
 # Signatures name types without their (often private) modules: Sampler, not tf_repulsive._contract.Sampler.
 python_use_unqualified_type_names = True
 
-exclude_patterns = ["_build", "results.md"]
+exclude_patterns = ["_build"]
 html_theme = "alabaster"
 html_title = f"tf_repulsive {release}"
 html_static_path: list[str] = []

@@ -24,7 +24,7 @@ _Function = TypeVar("_Function", bound=Callable)
 
 # The releases the test suite passes on, oldest and newest (major.minor, both included).
 TESTED_TENSORFLOW = ("2.16", "2.21")
-TESTED_KERAS = ("3.0", "3.15")
+TESTED_KERAS = ("3.7", "3.15")
 # Set to 1 to use an untested release anyway (the guard then only warns once).
 UNTESTED_ENVIRONMENT_VARIABLE = "TF_REPULSIVE_ALLOW_UNTESTED_FRAMEWORK"
 

@@ -71,10 +71,17 @@ def test_equals_sequential_dart_throwing_with_mixed_radii(cache_bytes, batch_siz
 
 
 @pytest.fixture(params=["one_pass", "per_pair"])
-def survival_test(request, monkeypatch):
-  """Which test of darts against the accepted set a thrower with one disk radius built now uses."""
-  monkeypatch.setattr(_dart_throwing, "_ONE_PASS_FROM", 1 if request.param == "one_pass" else 10**9)
-  return request.param
+def survival_test(request):
+  """The tuning under which a thrower with one disk radius tests darts against the accepted set in one pass, or not."""
+  return _dart_throwing.DartTuning(one_pass_from=1 if request.param == "one_pass" else 10**9)
+
+
+def test_the_tuning_chooses_the_test_of_darts_and_the_blocks(survival_test):
+  # What the tests below rely on to run both tests of darts against the accepted set, and short blocks.
+  tuning = dataclasses.replace(survival_test, max_survivor_target=4)
+  thrower = _dart_throwing.DartThrower(_grid(6), _plan(np.full(36, 1.5), 36), 20, tuning=tuning)
+  assert thrower._survival_in_one_pass == (tuning.one_pass_from == 1)
+  assert thrower._survivor_target == 4 and thrower._max_survivors == 8
 
 
 def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(survival_test):
@@ -83,7 +90,7 @@ def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(surv
   mingling_values = rng.integers(0, 4, len(points))
   pi = [0.1, 0.2, 0.3, 0.4]
   radius = np.full(len(points), 1.5)
-  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300, mingling_values, pi), 30)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300, mingling_values, pi), 30, tuning=survival_test)
   pi = thrower.pi(tf.constant(0, tf.int64))
   for step in range(5):
     indices, _ = _batch(thrower, step)
@@ -93,13 +100,13 @@ def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(surv
 
 @pytest.mark.parametrize("survivor_target", [4, 512])
 @pytest.mark.parametrize("cache_bytes", [0, 2**24])
-def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(monkeypatch, survival_test,
-                                                                              survivor_target, cache_bytes):
+def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(survival_test, survivor_target,
+                                                                              cache_bytes):
   # A survivor target of 4 cuts nearly every block short (its later darts are thrown again).
-  monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", survivor_target)
+  tuning = dataclasses.replace(survival_test, max_survivor_target=survivor_target)
   points = np.concatenate([_grid(12), _grid(12)])  # every location twice, under two indices
   radius = np.full(len(points), 1.5)
-  thrower = _dart_throwing.DartThrower(points, _plan(radius, 200), 20, cache_bytes)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 200), 20, cache_bytes, tuning=tuning)
   for step in range(0, 40, 3):
     expected = _sequential(_thrown_darts(thrower, step), points, radius, 20)
     indices, fallback = _batch(thrower, step)
@@ -110,14 +117,15 @@ def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(mo
 @pytest.mark.parametrize("survivor_target", [4, 512])
 @pytest.mark.parametrize("batch_size", [20, 60])
 def test_equals_sequential_dart_throwing_with_one_disk_radius_and_points_without_disks(
-    monkeypatch, survival_test, batch_size, survivor_target, radius_scale):
+    survival_test, batch_size, survivor_target, radius_scale):
   # A survivor target of 4 cuts nearly every block short, so most darts meet the accepted set of
   # earlier blocks. Every location twice: a point with a disk and one without at the same place do
   # not conflict, two points with disks there do.
-  monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", survivor_target)
+  tuning = dataclasses.replace(survival_test, max_survivor_target=survivor_target)
   points = np.concatenate([_grid(12), _grid(12)])
   radius = np.where(np.random.default_rng(batch_size).random(len(points)) < 0.7, 2.5, 0.0)
-  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300), batch_size).with_radius_scale(radius_scale)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300), batch_size, tuning=tuning).with_radius_scale(
+      radius_scale)
   for step in range(0, 24, 5):
     expected = _sequential(_thrown_darts(thrower, step), points, radius * radius_scale, batch_size)
     indices, fallback = _batch(thrower, step)
@@ -125,9 +133,8 @@ def test_equals_sequential_dart_throwing_with_one_disk_radius_and_points_without
 
 
 @pytest.mark.parametrize("plan_says", [False, True])
-def test_a_refreshable_thrower_keeps_one_disk_radius_only_when_the_plan_says_so(monkeypatch, survival_test,
-                                                                               plan_says):
-  monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", 4)
+def test_a_refreshable_thrower_keeps_one_disk_radius_only_when_the_plan_says_so(survival_test, plan_says):
+  tuning = dataclasses.replace(survival_test, max_survivor_target=4)
   points = np.concatenate([_grid(12), _grid(12)])
   disks = np.random.default_rng(5).random(len(points)) < 0.7
   first = np.where(disks, 2.5, 0.0)
@@ -137,7 +144,7 @@ def test_a_refreshable_thrower_keeps_one_disk_radius_only_when_the_plan_says_so(
 
   def thrower(radius):
     plan = dataclasses.replace(_plan(radius, 300), one_disk_radius=plan_says)
-    return _dart_throwing.DartThrower(points, plan, 40)
+    return _dart_throwing.DartThrower(points, plan, 40, tuning=tuning)
 
   live = thrower(first).refreshable()
   live.refresh_from(thrower(refreshed))
@@ -150,8 +157,8 @@ def test_a_refreshable_thrower_keeps_one_disk_radius_only_when_the_plan_says_so(
 @pytest.mark.parametrize("radius,radius_scale", [(0.0, 1.0), (1.5, 0.0)])
 def test_one_radius_of_zero_draws_distinct_points_and_nothing_else_conflicts(survival_test, radius, radius_scale):
   points = np.concatenate([_grid(6), _grid(6)])  # duplicate locations: distinct points all the same
-  thrower = _dart_throwing.DartThrower(points, _plan(np.full(len(points), radius), 400), 40).with_radius_scale(
-      radius_scale)
+  thrower = _dart_throwing.DartThrower(points, _plan(np.full(len(points), radius), 400), 40,
+                                       tuning=survival_test).with_radius_scale(radius_scale)
   for step in range(6):
     expected = _sequential(_thrown_darts(thrower, step), points, np.zeros(len(points)), 40)
     indices, fallback = _batch(thrower, step)
@@ -220,7 +227,7 @@ def test_fallback_fills_distinct_points_when_the_radius_is_too_large():
 
 def test_batch_of_the_whole_dataset_terminates_and_is_a_permutation(survival_test):
   points = _grid(6)
-  thrower = _dart_throwing.DartThrower(points, _plan(np.full(36, 0.5), 36), 36)
+  thrower = _dart_throwing.DartThrower(points, _plan(np.full(36, 0.5), 36), 36, tuning=survival_test)
   indices, _ = thrower.draw(KEY, tf.constant(0, tf.int64))
   assert all(sorted(row) == list(range(36)) for row in indices.numpy().tolist())
 
@@ -233,7 +240,8 @@ def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension(surviv
   distances = np.linalg.norm(points[:, None].astype(np.float64) - points[None], axis=-1)
   radius = float(np.quantile(distances[np.triu_indices(400, 1)], 0.02))
   for cache_bytes in (0, 2**24):
-    thrower = _dart_throwing.DartThrower(points, _plan(np.full(400, radius), 2000), 30, cache_bytes)
+    thrower = _dart_throwing.DartThrower(points, _plan(np.full(400, radius), 2000), 30, cache_bytes,
+                                         tuning=survival_test)
     for step in range(10):
       indices = _batch(thrower, step)[0]
       chosen = distances[np.ix_(indices, indices)] + np.diag(np.full(30, np.inf))
@@ -258,14 +266,14 @@ def _far_apart_plan(num_points, max_darts=64):
   return _plan(np.full(num_points, 100.0), max_darts)
 
 
-@pytest.mark.parametrize("fill_candidates", [None, 12])
-def test_fallback_fill_of_large_datasets_is_uniform_given_the_accepted_point(fill_candidates):
+# 12 candidates are too few for the 9 points needed: most draws fill by scores instead.
+@pytest.mark.parametrize("tuning", [_dart_throwing.DartTuning(),
+                                    _dart_throwing.DartTuning(fill_candidates_per_point=0, fill_extra_candidates=12)],
+                         ids=["default", "12_candidates"])
+def test_fallback_fill_of_large_datasets_is_uniform_given_the_accepted_point(tuning):
   points = _grid(20)  # N = 400 > 8 k: the fill draws candidates
-  thrower = _dart_throwing.DartThrower(points, _far_apart_plan(400), 10)
-  assert thrower._fill_candidates is not None
-  if fill_candidates is not None:
-    # Too few candidates for the 9 points needed: most draws fill by scores instead.
-    thrower._fill_candidates = fill_candidates
+  thrower = _dart_throwing.DartThrower(points, _far_apart_plan(400), 10, tuning=tuning)
+  assert thrower._fill_candidates == tuning.fill_candidates_per_point * 10 + tuning.fill_extra_candidates
   # The fill is uniform over the 399 points not taken: its offsets from the accepted point,
   # modulo N, are uniform over 1 ... 399.
   offsets = np.zeros(400)

@@ -32,40 +32,15 @@ MinglingPi = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 _FLOAT32_EPS = float(np.finfo(np.float32).eps)
 _PHILOX = tf.random.Algorithm.PHILOX.value
-_CACHE_ROW_BLOCK = 1024
 # Blocks start at dart numbers divisible by this, so that every block's darts begin on a Philox
 # counter (4 int32 or 2 float64 draws each; see `_darts`).
 _DART_ALIGN = 4
-# Survivors of the test against the accepted set that one block settles per step, at most (the
-# settling works on their [S, m, m] conflict matrix): twice the number a block aims for.
-_MAX_SURVIVORS_OVER_TARGET = 2
-# The most survivors a block aims for per step; more would make the settling matrix quadratic in k.
-_MAX_SURVIVOR_TARGET = 512
-# Bound on the elements of a block's distance matrix against the accepted set and of its gathered
-# dart rows (S * darts * max(accepted, d + 2)).
-_BLOCK_CELLS = 2**22
-# From this batch size on, with one disk radius, the test of a block's darts against the accepted
-# set sets aside the darts that repeat an accepted point (a sort and a search) and those without a
-# disk, and takes one pass over the others' distances (their minimum); below it those ops cost
-# more than the passes they save.
-_ONE_PASS_FROM = 2048
-# Squared distances as one product of augmented rows from k >= this * (d + 2) (see `__init__`).
-_ONE_PRODUCT_FROM_K_OVER_D = 3
-_STEP_ROWS_PER_DRAW = 2048
-# Rows centred per numpy step: float64 work in blocks keeps the peak at one float32 copy.
-_CENTER_ROW_BLOCK = 16384
 # Norms of the largest feature vector at which the features serve uncentred and unscaled: their
 # squares and Gram products stay far from float32's underflow and overflow.
 _RAW_NORMS = (2.0**-20, 2.0**20)
 # The squared distance of the features' mean from the origin, over their mean squared distance
 # from the mean, up to which the features serve uncentred.
 _RAW_OFFSET_SQ = 4.0
-# The fallback fill draws candidates when N > this * k, and scores every point (O(N) = O(k)) below.
-_FILL_BY_SCORES_UP_TO = 8
-# Steps whose draws estimate the inclusion probabilities (`DartThrower.inclusion_probabilities`).
-INCLUSION_STEPS = 256
-# Bound on the cells of one [S, k, points] conflict matrix of that estimate.
-_INCLUSION_CELLS = 2**24
 # The per-dataset tensors of a thrower (those of its plan): what a refreshable thrower holds in
 # variables, and what its traced draws take as arguments.
 _STATE = ("_features", "_shrunk_sq_norms", "_point_radius", "_sq_distances", "_points_by_value", "_value_counts",
@@ -103,13 +78,67 @@ class DartPlan:
   pi_follows_step: bool = False
 
 
-def steps_per_draw(batch_size: int, most: int = 16) -> int:
-  """S, the steps one draw throws darts for side by side: a power of two up to `most` (16), S * k <= 2048.
+@dataclasses.dataclass(frozen=True)
+class DartTuning:
+  """The dart thrower's sizes and thresholds, which trade speed against memory.
+
+  None of them changes the law of a batch. Some change which batch a seed gives (how steps share
+  a draw's dart streams, how the fallback fill runs), so the samplers use the defaults.
+
+  Attributes:
+    step_rows_per_draw: steps share a draw while S * k stays within this (`steps_per_draw`).
+    max_survivor_target: the most survivors a block aims for per step; more would make the
+      settling matrix quadratic in k.
+    max_survivors_over_target: survivors of the test against the accepted set that one block
+      settles per step, at most, over the number it aims for (the settling works on their
+      `[S, m, m]` conflict matrix).
+    survivor_margin: survivors a block aims for per point a step still needs: a quarter more,
+      for the ones that block each other.
+    block_cells: bound on the elements of a block's distance matrix against the accepted set and
+      of its gathered dart rows (S * darts * max(accepted, d + 2)).
+    one_pass_from: from this batch size on, with one disk radius, the test of a block's darts
+      against the accepted set sets aside the darts that repeat an accepted point (a sort and a
+      search) and those without a disk, and takes one pass over the others' distances (their
+      minimum); below it those ops cost more than the passes they save.
+    one_product_from_k_over_d: squared distances as one product of augmented rows from
+      k >= this * (d + 2) (see `DartThrower.__init__`).
+    fill_by_scores_up_to: the fallback fill draws candidates when N > this * k, and scores every
+      point (O(N) = O(k)) below.
+    fill_candidates_per_point: uniform candidates per step of that fill, per point of the batch
+      (see `fill_extra_candidates`).
+    fill_extra_candidates: candidates per step added to those: with the defaults, 2 k + 64 are
+      enough to find the k distinct new points a step may need (see `_fill_uniformly`).
+    center_row_block: rows centred per numpy step: float64 work in blocks keeps the peak at one
+      float32 copy.
+    cache_row_block: rows of the distance cache computed per product.
+    inclusion_steps: steps whose draws estimate the inclusion probabilities
+      (`DartThrower.inclusion_probabilities`).
+    inclusion_cells: bound on the cells of one `[S, k, points]` conflict matrix of that estimate.
+  """
+
+  step_rows_per_draw: int = 2048
+  max_survivor_target: int = 512
+  max_survivors_over_target: int = 2
+  survivor_margin: float = 1.25
+  block_cells: int = 2**22
+  one_pass_from: int = 2048
+  one_product_from_k_over_d: int = 3
+  fill_by_scores_up_to: int = 8
+  fill_candidates_per_point: int = 2
+  fill_extra_candidates: int = 64
+  center_row_block: int = 16384
+  cache_row_block: int = 1024
+  inclusion_steps: int = 256
+  inclusion_cells: int = 2**24
+
+
+def steps_per_draw(batch_size: int, most: int, step_rows: int) -> int:
+  """S, the steps one draw throws darts for side by side: a power of two up to `most` (and 16), S * k <= `step_rows`.
 
   The per-op cost of TensorFlow is paid once per draw, so small batches share a draw; large ones
   already give each op enough work.
   """
-  return min(2 ** min(4, max(0, (_STEP_ROWS_PER_DRAW // batch_size).bit_length() - 1)), most)
+  return min(2 ** min(4, max(0, (step_rows // batch_size).bit_length() - 1)), most)
 
 
 # Traced draws by configuration (`_trace_config`), most recently used last: throwers of the same
@@ -150,7 +179,8 @@ class DartThrower(BatchDrawer):
   """Draws the indices of mini-batches as a pure function of a stateless key and the steps."""
 
   def __init__(self, features: np.ndarray, plan: DartPlan, batch_size: int,
-               distance_cache_bytes: int = 0, verbose: bool = False, max_steps_per_draw: int = 16):
+               distance_cache_bytes: int = 0, verbose: bool = False, max_steps_per_draw: int = 16,
+               tuning: DartTuning = DartTuning()):
     """Prepares the per-dataset tensors once.
 
     Args:
@@ -162,6 +192,7 @@ class DartThrower(BatchDrawer):
         instead of O(k^2 d)).
       verbose: show a progress bar if computing that matrix takes more than about 2 s.
       max_steps_per_draw: the most steps one draw covers (`steps_per_draw`).
+      tuning: block sizes and thresholds.
     """
     num_points, dim = features.shape
     # The variables of a refreshable thrower (`refreshable`), by attribute name; None: constants.
@@ -169,10 +200,11 @@ class DartThrower(BatchDrawer):
     self._num_points = num_points
     self._batch_size = batch_size
     self._plan = plan
+    self._tuning = tuning
     # Every disk radius is multiplied by this (see `with_radius_scale`).
     self.radius_scale = 1.0
-    self.steps_per_draw = steps_per_draw(batch_size, max_steps_per_draw)
-    blocks = [slice(start, start + _CENTER_ROW_BLOCK) for start in range(0, num_points, _CENTER_ROW_BLOCK)]
+    self.steps_per_draw = steps_per_draw(batch_size, max_steps_per_draw, tuning.step_rows_per_draw)
+    blocks = [slice(start, start + tuning.center_row_block) for start in range(0, num_points, tuning.center_row_block)]
     mean = np.add.reduce(features, axis=0, dtype=np.float64) / max(num_points, 1)
     sq_norms = np.empty(num_points, np.float64)
     for rows in blocks:
@@ -214,7 +246,7 @@ class DartThrower(BatchDrawer):
     # The augmented rows cost a copy of each block's gathered rows, O((darts + accepted) d); the
     # norms added after the product cost passes over the matrix, O(darts * accepted): about
     # 0.6 k^2 against 1.75 k d per block, so one product from k = 3 (d + 2) on.
-    self._one_product = batch_size >= _ONE_PRODUCT_FROM_K_OVER_D * (dim + 2)
+    self._one_product = batch_size >= tuning.one_product_from_k_over_d * (dim + 2)
     self._sq_distances = None
     self._point_radius = self._uniform_radius = None
     # Whether every point with a disk has the same radius (one radius, or one and none).
@@ -238,16 +270,20 @@ class DartThrower(BatchDrawer):
       self._value_counts = tf.constant(counts.astype(np.float64))
       self._value_offsets = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))
       self._value_histogram = tf.constant(counts / counts.sum(), tf.float64)
-    # A block aims for enough survivors to fill what a step still needs (a quarter more, for the
-    # ones that block each other), up to `_MAX_SURVIVOR_TARGET`; it settles at most twice that.
-    self._survivor_target = _aligned(min(math.ceil(1.25 * batch_size), _MAX_SURVIVOR_TARGET))
-    self._max_survivors = _MAX_SURVIVORS_OVER_TARGET * self._survivor_target
-    self._max_block_rows = max(_DART_ALIGN, _BLOCK_CELLS // (self.steps_per_draw * (dim + 2)))
-    self._survival_in_one_pass = batch_size >= _ONE_PASS_FROM
+    # A block aims for enough survivors to fill what a step still needs (`survivor_margin` more,
+    # for the ones that block each other), up to `max_survivor_target`; it settles at most
+    # `max_survivors_over_target` times that.
+    self._survivor_margin = tuning.survivor_margin
+    self._survivor_target = _aligned(min(math.ceil(tuning.survivor_margin * batch_size), tuning.max_survivor_target))
+    self._max_survivors = tuning.max_survivors_over_target * self._survivor_target
+    self._block_cells = tuning.block_cells
+    self._max_block_rows = max(_DART_ALIGN, tuning.block_cells // (self.steps_per_draw * (dim + 2)))
+    self._survival_in_one_pass = batch_size >= tuning.one_pass_from
     # Uniform draws with replacement per step for the fallback fill, which are enough to find the
     # k distinct new points it may need (see `_fill_uniformly`); None: fill by scores, O(N) but then
-    # N <= 8 k.
-    self._fill_candidates = 2 * batch_size + 64 if num_points > _FILL_BY_SCORES_UP_TO * batch_size else None
+    # N is a few k.
+    self._fill_candidates = (tuning.fill_candidates_per_point * batch_size + tuning.fill_extra_candidates
+                             if num_points > tuning.fill_by_scores_up_to * batch_size else None)
     self._draws_on_state = self._configuration_trace()
     # A refreshable thrower's draw, traced once on its variables (`refreshable`).
     self._traced_variable_draw: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
@@ -277,14 +313,13 @@ class DartThrower(BatchDrawer):
 
   def _pairwise_sq_distances(self, verbose: bool) -> tf.Tensor:
     """`[N * N]` shrunk squared distances (row-major), computed like the on-the-fly test."""
-    num_points = self._num_points
+    num_points, row_block = self._num_points, self._tuning.cache_row_block
     matrix = _arrays.empty((num_points, num_points), np.float32)
     columns = _as_columns(self._features, self._shrunk_sq_norms)
     with _progress.bar("distance cache", num_points, verbose) as progress:
-      for start in range(0, num_points, _CACHE_ROW_BLOCK):
-        rows = _as_rows(self._features[start:start + _CACHE_ROW_BLOCK],
-                        self._shrunk_sq_norms[start:start + _CACHE_ROW_BLOCK])
-        matrix[start:start + _CACHE_ROW_BLOCK] = tf.matmul(rows, columns, transpose_b=True).numpy()
+      for start in range(0, num_points, row_block):
+        rows = _as_rows(self._features[start:start + row_block], self._shrunk_sq_norms[start:start + row_block])
+        matrix[start:start + row_block] = tf.matmul(rows, columns, transpose_b=True).numpy()
         progress.update(rows.shape[0])
     return _arrays.to_tensor(matrix.reshape(-1))
 
@@ -356,7 +391,7 @@ class DartThrower(BatchDrawer):
     return None if self._plan.pi is None else self._plan.pi(self._value_histogram, step)
 
   def inclusion_probabilities(self, key: tf.Tensor, verbose: bool) -> np.ndarray | None:
-    """`[N]` each point's probability of being in a batch, from `INCLUSION_STEPS` draws; None under Anneal PDS.
+    """`[N]` each point's probability of being in a batch, from `inclusion_steps` draws; None under Anneal PDS.
 
     Rao-Blackwellised over each draw's acceptance path, exact in expectation: while j points are
     accepted, the next dart that survives is a draw from the proposal (uniform, or pi_m / count_m
@@ -389,7 +424,7 @@ class DartThrower(BatchDrawer):
     draw = self.traced_draw()
     steps = self.steps_per_draw
     radius_scale = tf.constant(thrower.radius_scale, tf.float32)
-    columns = max(1, _INCLUSION_CELLS // (steps * k))
+    columns = max(1, self._tuning.inclusion_cells // (steps * k))
 
     def covered_from(rows: tf.Tensor, accepted: tf.Tensor) -> tf.Tensor:
       """`[S, N]` per step and point, the acceptance index from which an accepted disk covers it (c: never)."""
@@ -406,7 +441,7 @@ class DartThrower(BatchDrawer):
     covered_from = tf.function(covered_from, autograph=False, input_signature=(
         tf.TensorSpec([steps, k], tf.int32), tf.TensorSpec([steps], tf.int32)))
     total = np.zeros(num_points)
-    num_draws = -(-INCLUSION_STEPS // steps)
+    num_draws = -(-self._tuning.inclusion_steps // steps)
     with _progress.bar("estimating inclusion probabilities", num_draws, verbose) as progress:
       for first_step in range(0, num_draws * steps, steps):
         indices, fallback = draw(key, tf.constant(first_step, tf.int64))
@@ -563,11 +598,11 @@ class DartThrower(BatchDrawer):
     budget in a few blocks instead of hundreds.
     """
     need = self._batch_size - tf.reduce_min(count)
-    target = tf.clip_by_value(tf.cast(tf.math.ceil(1.25 * tf.cast(need, tf.float32)), tf.int32),
+    target = tf.clip_by_value(tf.cast(tf.math.ceil(self._survivor_margin * tf.cast(need, tf.float32)), tf.int32),
                               _DART_ALIGN, self._survivor_target)
     # Rows of the next block's distance matrix against the accepted set stay within the bound.
     max_rows = tf.minimum(self._max_block_rows,
-                          _BLOCK_CELLS // (self.steps_per_draw * tf.maximum(tf.reduce_max(count), 1)))
+                          self._block_cells // (self.steps_per_draw * tf.maximum(tf.reduce_max(count), 1)))
     max_rows = tf.maximum(max_rows // _DART_ALIGN * _DART_ALIGN, _DART_ALIGN)
     rows = tf.cast(target, tf.float32) / tf.maximum(survival, 1.0 / tf.cast(max_rows, tf.float32))
     rows = tf.cast(tf.minimum(tf.math.ceil(rows / _DART_ALIGN) * _DART_ALIGN, tf.cast(max_rows, tf.float32)), tf.int32)
@@ -783,8 +818,9 @@ class DartThrower(BatchDrawer):
     points not in the batch yet among `_fill_candidates` uniform draws with replacement. (The next
     new point of an i.i.d. uniform sequence is uniform over the points not seen, so the fill is a
     uniform random sample without replacement of the points not taken.) If a step's candidates
-    run short (probability below 1e-40 for N > 8 k, by Hoeffding's bound), the draw fills by
-    scores instead, which is uniform too, so the law does not depend on which path ran.
+    run short (probability below 1e-40 with the default 2 k + 64 of them for N > 8 k, by
+    Hoeffding's bound), the draw fills by scores instead, which is uniform too, so the law does
+    not depend on which path ran.
     """
     fill_key = tf.random.experimental.stateless_fold_in(draw_key, 0)
     if self._fill_candidates is None:

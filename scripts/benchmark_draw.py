@@ -8,12 +8,13 @@ Builds the dart throwers of Vanilla PDS, Easy PDS (the disk for mingling value 0
 radius (by default Vanilla PDS's `radius="auto"`), then times each one's `draw` in a `tf.function`
 loop over consecutive draws from step 4000, in rounds that alternate the throwers (no tf.data
 pipeline, no recording: what the disks and the darts by value cost against Vanilla PDS's). Then,
-untimed, the darts a batch took (the mean over the first timed round's draws), counted by a copy
-of each thrower whose blocks add their settled darts to a variable (a stateful op in the draw's
-loop slows it, so the timed throwers have none).
+untimed, the darts a batch took (the mean over the first timed round's draws), counted by a
+thrower with a trace of its own, traced while each block adds its settled darts to a variable (a
+stateful op in the draw's loop slows it, so the timed throwers have none).
 With `--compare_tree`, the `_dart_throwing.py` of another checkout (its path's
 `tf_repulsive/_dart_throwing.py`) is timed beside this one in the same process, its throwers
-suffixed "@other". Data as in benchmark_batch_sizes.py (`scripts/benchmark_data.py`).
+suffixed "@other" (their darts are counted when that checkout's blocks settle in
+`Acceptance.accept`, as here). Data as in benchmark_batch_sizes.py (`scripts/benchmark_data.py`).
 """
 
 import importlib.util
@@ -78,22 +79,25 @@ def _timed_draws(thrower):
 
 
 def _darts_per_batch(module, features, plan, batch_size, first_step, count):
-  """The mean darts thrown per batch over `count` draws from `first_step`, by a counting copy of the thrower."""
+  """The mean darts thrown per batch over `count` draws from `first_step`, or None without `Acceptance`.
+
+  Counted by a thrower with a trace of its own, traced while `Acceptance.accept` counts.
+  """
+  if not hasattr(module, "Acceptance"):
+    return None
   thrown = tf.Variable(0, dtype=tf.int64)
+  accept = module.Acceptance.accept
 
-  class CountingThrower(module.DartThrower):
+  def counting_accept(self, darts, accepted, count, radius_scale):
+    accepted, count, settled, survival = accept(self, darts, accepted, count, radius_scale)
+    with tf.control_dependencies([thrown.assign_add(tf.cast(settled, tf.int64))]):
+      return accepted, tf.identity(count), settled, survival
 
-    def __init__(self, *args, **kwargs):
-      # A trace of its own, which counts into this variable (`_trace_config` reads the number).
-      self._counter_id = id(thrown)
-      super().__init__(*args, **kwargs)
-
-    def _accept(self, darts, accepted, count, radius_scale):
-      accepted, count, settled, survival = super()._accept(darts, accepted, count, radius_scale)
-      with tf.control_dependencies([thrown.assign_add(tf.cast(settled, tf.int64))]):
-        return accepted, tf.identity(count), settled, survival
-
-  draws = _timed_draws(CountingThrower(features, plan, batch_size))
+  module.Acceptance.accept = counting_accept
+  try:
+    draws = _timed_draws(module.DartThrower(features, plan, batch_size, traces=module.DrawTraces()))
+  finally:
+    module.Acceptance.accept = accept
   thrown.assign(0)
   draws(tf.constant(first_step, tf.int64), tf.constant(count))
   # Every step of a draw settles the same darts (`_accept`): the count is per step.
@@ -142,7 +146,8 @@ def main(argv):
     darts[name] = _darts_per_batch(module, features, plan, k, 4000, draw_counts[name])
   print("| thrower | batches/s per round | darts per batch |\n|---|---|---|")
   for name, rate in rates.items():
-    print(f"| {name} | {', '.join(f'{value:.0f}' for value in rate)} | {darts[name]:.0f} |")
+    print(f"| {name} | {', '.join(f'{value:.0f}' for value in rate)} | "
+          f"{'-' if darts[name] is None else f'{darts[name]:.0f}'} |")
 
 
 if __name__ == "__main__":

@@ -25,12 +25,18 @@ def _batch(thrower, step):
   return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
 
 
+def _blocks(thrower):
+  """The draws of `thrower`'s configuration on its tensors."""
+  return _dart_throwing.BlockDraws(thrower._config, thrower._state)
+
+
 def _thrown_darts(thrower, step, pi=None):
   """Every dart `draw` may throw for `step`, in order (same stateless calls as the thrower)."""
   steps_per_draw = thrower.steps_per_draw
   draw_key = tf.random.experimental.stateless_fold_in(KEY, tf.constant(step // steps_per_draw, tf.int64))
-  pi_cdf = None if pi is None else thrower._effective_cdf(tf.tile(pi[None], [steps_per_draw, 1]))
-  darts = thrower._darts(thrower._dart_streams(draw_key), 0, thrower._plan.max_darts, pi_cdf)
+  blocks = _blocks(thrower)
+  pi_cdf = None if pi is None else blocks._effective_cdf(tf.tile(pi[None], [steps_per_draw, 1]))
+  darts = blocks._darts(blocks._dart_streams(draw_key), 0, thrower._plan.max_darts, pi_cdf)
   return darts.numpy()[step % steps_per_draw]
 
 
@@ -79,9 +85,9 @@ def survival_test(request):
 def test_the_tuning_chooses_the_test_of_darts_and_the_blocks(survival_test):
   # What the tests below rely on to run both tests of darts against the accepted set, and short blocks.
   tuning = dataclasses.replace(survival_test, max_survivor_target=4)
-  thrower = _dart_throwing.DartThrower(_grid(6), _plan(np.full(36, 1.5), 36), 20, tuning=tuning)
-  assert thrower._survival_in_one_pass == (tuning.one_pass_from == 1)
-  assert thrower._survivor_target == 4 and thrower._max_survivors == 8
+  config = _dart_throwing.DartThrower(_grid(6), _plan(np.full(36, 1.5), 36), 20, tuning=tuning)._config
+  assert config.survival_in_one_pass == (tuning.one_pass_from == 1)
+  assert config.survivor_target == 4 and config.max_survivors == 8
 
 
 def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(survival_test):
@@ -171,9 +177,10 @@ def test_darts_are_the_same_whatever_the_blocks(pi):
   mingling_values = None if pi is None else np.arange(100) % 2
   thrower = _dart_throwing.DartThrower(points, _plan(np.full(100, 1.5), 400, mingling_values, pi), 7)
   assert thrower.steps_per_draw == 16
-  pi_cdf = None if pi is None else thrower._effective_cdf(tf.constant([pi] * 16, tf.float64))
-  streams = thrower._dart_streams(tf.constant([3, 4], tf.int64))
-  darts = lambda start, size: thrower._darts(streams, tf.constant(start), tf.constant(size), pi_cdf).numpy()  # noqa: E731
+  blocks = _blocks(thrower)
+  pi_cdf = None if pi is None else blocks._effective_cdf(tf.constant([pi] * 16, tf.float64))
+  streams = blocks._dart_streams(tf.constant([3, 4], tf.int64))
+  darts = lambda start, size: blocks._darts(streams, tf.constant(start), tf.constant(size), pi_cdf).numpy()  # noqa: E731
   whole = darts(0, 400)
   np.testing.assert_array_equal(whole, np.concatenate([darts(0, 12), darts(12, 300), darts(312, 88)], axis=1))
   # Different steps of the draw get different darts.
@@ -188,11 +195,11 @@ def test_darts_are_independent_and_uniform_over_the_points_and_follow_pi():
   pi = np.array([0.1, 0.2, 0.3, 0.4])
   values = np.arange(num_points) % 4
   for plan in (_plan(np.full(num_points, 1.5), 400), _plan(np.full(num_points, 1.5), 400, values, pi.tolist())):
-    thrower = _dart_throwing.DartThrower(_grid(10), plan, 7)
-    pi_cdf = None if plan.pi is None else thrower._effective_cdf(tf.constant([pi] * 16, tf.float64))
+    blocks = _blocks(_dart_throwing.DartThrower(_grid(10), plan, 7))
+    pi_cdf = None if plan.pi is None else blocks._effective_cdf(tf.constant([pi] * 16, tf.float64))
     darts = np.concatenate([
-        thrower._darts(thrower._dart_streams(tf.constant([5, draw], tf.int64)), tf.constant(start), tf.constant(100),
-                       pi_cdf).numpy()
+        blocks._darts(blocks._dart_streams(tf.constant([5, draw], tf.int64)), tf.constant(start), tf.constant(100),
+                      pi_cdf).numpy()
         for draw in range(5) for start in range(0, 400, 100)])  # [20 * 16, 100]: 32000 darts
     if plan.pi is None:
       assert stats.chisquare(np.bincount(darts.ravel(), minlength=num_points)).pvalue > 1e-3
@@ -273,7 +280,7 @@ def _far_apart_plan(num_points, max_darts=64):
 def test_fallback_fill_of_large_datasets_is_uniform_given_the_accepted_point(tuning):
   points = _grid(20)  # N = 400 > 8 k: the fill draws candidates
   thrower = _dart_throwing.DartThrower(points, _far_apart_plan(400), 10, tuning=tuning)
-  assert thrower._fill_candidates == tuning.fill_candidates_per_point * 10 + tuning.fill_extra_candidates
+  assert thrower._config.fill_candidates == tuning.fill_candidates_per_point * 10 + tuning.fill_extra_candidates
   # The fill is uniform over the 399 points not taken: its offsets from the accepted point,
   # modulo N, are uniform over 1 ... 399.
   offsets = np.zeros(400)

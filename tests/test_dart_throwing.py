@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
+from tf_repulsive import _dart_blocks
 from tf_repulsive import _dart_throwing
 
 KEY = tf.constant([7, 11], tf.int64)
@@ -27,7 +28,7 @@ def _batch(thrower, step):
 
 def _blocks(thrower):
   """The draws of `thrower`'s configuration on its tensors."""
-  return _dart_throwing.BlockDraws(thrower._config, thrower._state)
+  return _dart_blocks.BlockDraws(thrower._config, thrower._state)
 
 
 def _thrown_darts(thrower, step, pi=None):

@@ -8,14 +8,17 @@ Builds the dart throwers of Vanilla PDS, Easy PDS (the disk for mingling value 0
 radius (by default Vanilla PDS's `radius="auto"`), then times each one's `draw` in a `tf.function`
 loop over consecutive draws from step 4000, in rounds that alternate the throwers (no tf.data
 pipeline, no recording: what the disks and the darts by value cost against Vanilla PDS's). Then,
-untimed, the darts a batch took (the mean over the first timed round's draws), counted by a copy
-of each thrower whose blocks add their settled darts to a variable (a stateful op in the draw's
-loop slows it, so the timed throwers have none).
-With `--compare_tree`, the `_dart_throwing.py` of another checkout (its path's
-`tf_repulsive/_dart_throwing.py`) is timed beside this one in the same process, its throwers
-suffixed "@other". Data as in benchmark_batch_sizes.py (`scripts/benchmark_data.py`).
+untimed, the darts a batch took (the mean over the first timed round's draws), counted by a
+thrower with a trace of its own, traced while each block adds its settled darts to a variable (a
+stateful op in the draw's loop slows it, so the timed throwers have none).
+With `--compare_tree`, the dart thrower of another checkout (its path's
+`tf_repulsive/_dart*.py`; the rest of the package is this one's) is timed beside this one in the
+same process, its throwers suffixed "@other" (their darts are counted when that checkout's blocks
+settle in `_dart_acceptance.Acceptance.accept`, as here). Data as in benchmark_batch_sizes.py
+(`scripts/benchmark_data.py`).
 """
 
+import importlib.abc
 import importlib.util
 import os
 import sys
@@ -30,7 +33,7 @@ import tensorflow as tf  # noqa: E402
 
 from scripts.benchmark_data import dataset  # noqa: E402
 import tf_repulsive  # noqa: E402
-from tf_repulsive import _dart_throwing  # noqa: E402
+from tf_repulsive import _dart_throwing  # noqa: E402,F401 (loads this checkout's dart-throwing modules)
 from tf_repulsive import _mingling  # noqa: E402
 from tf_repulsive import _samplers  # noqa: E402
 from tf_repulsive import _schedule  # noqa: E402
@@ -46,13 +49,47 @@ _COMPARE_TREE = flags.DEFINE_string("compare_tree", None,
                                      "Another checkout whose dart thrower to time beside this one.")
 
 
-def _other_dart_throwing(tree):
-  spec = importlib.util.spec_from_file_location("other_dart_throwing",
-                                                os.path.join(tree, "tf_repulsive", "_dart_throwing.py"))
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # (dataclasses look their module up while the class is made)
-  spec.loader.exec_module(module)
-  return module
+_DART_MODULES = "tf_repulsive._dart"
+
+
+class _TreeFinder(importlib.abc.MetaPathFinder):
+  """Finds the modules `names` (`tf_repulsive._dart*`) in the package directory of another checkout."""
+
+  def __init__(self, package, names):
+    self._package, self._names = package, names
+
+  def find_spec(self, fullname, path, target=None):
+    del path, target
+    if fullname not in self._names:
+      return None
+    return importlib.util.spec_from_file_location(fullname,
+                                                  os.path.join(self._package, fullname.split(".")[-1] + ".py"))
+
+
+def _dart_modules(tree=None):
+  """The dart-throwing modules (`tf_repulsive/_dart*.py`) by name: this checkout's, or those of `tree`.
+
+  Those of `tree` import each other from there while they load; this checkout's stay the package's.
+  """
+  loaded = {name for name in sys.modules if name.startswith(_DART_MODULES)}
+  if tree is None:
+    return {name.split(".")[-1]: sys.modules[name] for name in loaded}
+  package = os.path.join(tree, "tf_repulsive")
+  names = loaded | {f"tf_repulsive.{file[:-3]}" for file in os.listdir(package)
+                    if file.startswith("_dart") and file.endswith(".py")}
+  ours = {name: sys.modules.pop(name) for name in names if name in sys.modules}
+  for name in ours:
+    delattr(tf_repulsive, name.split(".")[-1])
+  finder = _TreeFinder(package, names)
+  sys.meta_path.insert(0, finder)
+  try:
+    importlib.import_module("tf_repulsive._dart_throwing")
+    return {name.split(".")[-1]: sys.modules.pop(name) for name in names if name in sys.modules}
+  finally:
+    sys.meta_path.remove(finder)
+    sys.modules.update(ours)
+    for name, module in ours.items():
+      setattr(tf_repulsive, name.split(".")[-1], module)
 
 
 def _auto_radius(features, labels, batch_size):
@@ -77,23 +114,28 @@ def _timed_draws(thrower):
   return draws
 
 
-def _darts_per_batch(module, features, plan, batch_size, first_step, count):
-  """The mean darts thrown per batch over `count` draws from `first_step`, by a counting copy of the thrower."""
+def _darts_per_batch(modules, features, plan, batch_size, first_step, count):
+  """The mean darts thrown per batch over `count` draws from `first_step`, or None without `_dart_acceptance`.
+
+  Counted by a thrower with a trace of its own, traced while `Acceptance.accept` counts.
+  """
+  if "_dart_acceptance" not in modules:
+    return None
+  acceptance = modules["_dart_acceptance"].Acceptance
   thrown = tf.Variable(0, dtype=tf.int64)
+  accept = acceptance.accept
 
-  class CountingThrower(module.DartThrower):
+  def counting_accept(self, darts, accepted, count, radius_scale):
+    accepted, count, settled, survival = accept(self, darts, accepted, count, radius_scale)
+    with tf.control_dependencies([thrown.assign_add(tf.cast(settled, tf.int64))]):
+      return accepted, tf.identity(count), settled, survival
 
-    def __init__(self, *args, **kwargs):
-      # A trace of its own, which counts into this variable (`_trace_config` reads the number).
-      self._counter_id = id(thrown)
-      super().__init__(*args, **kwargs)
-
-    def _accept(self, darts, accepted, count, radius_scale):
-      accepted, count, settled, survival = super()._accept(darts, accepted, count, radius_scale)
-      with tf.control_dependencies([thrown.assign_add(tf.cast(settled, tf.int64))]):
-        return accepted, tf.identity(count), settled, survival
-
-  draws = _timed_draws(CountingThrower(features, plan, batch_size))
+  acceptance.accept = counting_accept
+  try:
+    module = modules["_dart_throwing"]
+    draws = _timed_draws(module.DartThrower(features, plan, batch_size, traces=module.DrawTraces()))
+  finally:
+    acceptance.accept = accept
   thrown.assign(0)
   draws(tf.constant(first_step, tf.int64), tf.constant(count))
   # Every step of a draw settles the same darts (`_accept`): the count is per step.
@@ -113,11 +155,12 @@ def main(argv):
   point_radius, max_darts = np.full(num_points, radius), _samplers._dart_budget(None, k)
   print(f"{_DATA.value}: N = {num_points}, d = {features.shape[1]}, k = {k}, radius {radius}; "
         f"points per mingling value {counts.tolist()}")
-  modules = {"": _dart_throwing}
+  trees = {"": _dart_modules()}
   if _COMPARE_TREE.value:
-    modules["@other"] = _other_dart_throwing(_COMPARE_TREE.value)
+    trees["@other"] = _dart_modules(_COMPARE_TREE.value)
   timed, darts = {}, {}
-  for suffix, module in modules.items():
+  for suffix, modules in trees.items():
+    module = modules["_dart_throwing"]
     # (pi's last argument is the step: a tree whose pi takes the histogram first passes it too.)
     plans = {
         "vanilla_pds": module.DartPlan(point_radius, None, None, 0, max_darts),
@@ -128,7 +171,7 @@ def main(argv):
     }
     for name, plan in plans.items():
       thrower = module.DartThrower(features, plan, k)
-      timed[name + suffix] = (_timed_draws(thrower), thrower.steps_per_draw, module, plan)
+      timed[name + suffix] = (_timed_draws(thrower), thrower.steps_per_draw, modules, plan)
   rates = {name: [] for name in timed}
   draw_counts = {name: max(4, 16000 // (steps_per_draw * k)) for name, (_, steps_per_draw, _, _) in timed.items()}
   for round_number in range(_ROUNDS.value):
@@ -138,11 +181,12 @@ def main(argv):
       rates[name].append(draw_counts[name] * steps_per_draw / (time.perf_counter() - start))
       if filled:
         print(f"  ({name}: the fill supplied {filled} points)")
-  for name, (_, steps_per_draw, module, plan) in timed.items():
-    darts[name] = _darts_per_batch(module, features, plan, k, 4000, draw_counts[name])
+  for name, (_, steps_per_draw, modules, plan) in timed.items():
+    darts[name] = _darts_per_batch(modules, features, plan, k, 4000, draw_counts[name])
   print("| thrower | batches/s per round | darts per batch |\n|---|---|---|")
   for name, rate in rates.items():
-    print(f"| {name} | {', '.join(f'{value:.0f}' for value in rate)} | {darts[name]:.0f} |")
+    print(f"| {name} | {', '.join(f'{value:.0f}' for value in rate)} | "
+          f"{'-' if darts[name] is None else f'{darts[name]:.0f}'} |")
 
 
 if __name__ == "__main__":

@@ -28,12 +28,16 @@ def main(argv):
   del argv
   print(f"VanillaPDS, radius 8, k = {_BATCH_SIZE}, d = {_DIM} Gaussian, one iterator, Python loop")
   print(f"{'N':>9} | {'fill':>10} | {'batches/s':>9} | {'batch_indices ms':>16} | filled batches")
-  fill_by_scores_up_to = _dart_throwing._FILL_BY_SCORES_UP_TO
-  for size in map(int, _SIZES.value):
+  sizes = [int(size) for size in _SIZES.value]
+
+  class VanillaPDSFilledByScores(tf_repulsive.VanillaPDS):
+    _tuning = _dart_throwing.DartTuning(fill_by_scores_up_to=max(sizes))
+
+  samplers = {"candidates": tf_repulsive.VanillaPDS(radius=8.0), "scores": VanillaPDSFilledByScores(radius=8.0)}
+  for size in sizes:
     points = np.random.default_rng(0).normal(size=(size, _DIM)).astype(np.float32)
-    for fill in ("candidates", "scores"):
-      _dart_throwing._FILL_BY_SCORES_UP_TO = fill_by_scores_up_to if fill == "candidates" else size
-      batcher = tf_repulsive.repulsive_batch(_BATCH_SIZE, tf_repulsive.VanillaPDS(radius=8.0), seed=0, start_step=0)
+    for fill, sampler in samplers.items():
+      batcher = tf_repulsive.repulsive_batch(_BATCH_SIZE, sampler, seed=0, start_step=0)
       iterator = iter(tf.data.Dataset.from_tensor_slices(points).apply(batcher))
       next(iterator)
       start = time.perf_counter()
@@ -49,7 +53,6 @@ def main(argv):
       print(f"{size:>9} | {fill:>10} | {rate:>9.0f} | {1e3 * np.median(times):>16.1f} | "
             f"{stats.fallback_batches} of {stats.batches}", flush=True)
       del iterator, batcher
-  _dart_throwing._FILL_BY_SCORES_UP_TO = fill_by_scores_up_to
 
 
 if __name__ == "__main__":

@@ -101,12 +101,12 @@ def main(argv):
     label, make, k, samplers = CASES[name]
     x, y = make()
     for sampler_name, radius in samplers:
-      _dart_throwing._TRACES.clear()  # pylint: disable=protected-access
+      _dart_throwing.DEFAULT_TRACES.clear()
       seconds, batcher, stream = _build(x, y, k, sampler_name, radius)
       again = _build(x, y, k, sampler_name, radius, seed=2)[0]
       drawer = batcher.drawer
       calibration = (_median_seconds(lambda: _radius.calibrated_scale(
-          drawer.count_fills, drawer._plan.max_darts, drawer._batch_size, verbose=False), 3)
+          drawer.count_fills, drawer._plan.max_darts, drawer._config.batch_size, verbose=False), 3)
           if radius == "auto" else None)
       mingling = (_median_seconds(lambda: _mingling.mingling_values(x, y.astype(np.int64), 5), 2)
                   if batcher.drawer.groups is not None else None)

@@ -26,10 +26,6 @@ import checkpoint_cases
 import tf_repulsive
 from tf_repulsive import _dart_throwing
 
-# The weights must resume exactly, whatever their precision (test_inclusion_weights tests that):
-# 16 estimation steps instead of 256 keep a refresh's estimate from dominating these processes.
-_dart_throwing.INCLUSION_STEPS = 16
-
 NUM_POINTS = 600
 BATCH = 30  # 20 steps per epoch
 EPOCHS = 3
@@ -51,11 +47,21 @@ def digits():
   return (data.data[:NUM_POINTS] / 16.0).astype(np.float32), data.target[:NUM_POINTS].astype(np.int64)
 
 
+class QuicklyWeightedVanillaPDS(tf_repulsive.VanillaPDS):
+  """VanillaPDS whose inclusion probabilities are estimated from 16 steps' draws instead of 256.
+
+  The weights must resume exactly, whatever their precision (test_inclusion_weights tests that):
+  the fewer steps keep a refresh's estimate from dominating these processes.
+  """
+
+  _tuning = _dart_throwing.DartTuning(inclusion_steps=16)
+
+
 def batcher_for(sampler_name, model=None, refreshes=None):
   if sampler_name == MODEL_SPACE:
     space = tf_repulsive.ModelSpace(model, HiddenFeatures(), refresh_every=REFRESH_EVERY, directory=refreshes,
                                     verbose=False)
-    return tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, features=space,
+    return tf_repulsive.repulsive_batch(BATCH, QuicklyWeightedVanillaPDS(), seed=SEED, features=space,
                                         inclusion_weights=True, options=tf_repulsive.BatcherOptions(verbose=False))
   return tf_repulsive.repulsive_batch(BATCH, checkpoint_cases.SAMPLERS[sampler_name](), seed=SEED)
 

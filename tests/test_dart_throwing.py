@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
+from tf_repulsive import _dart_blocks
 from tf_repulsive import _dart_throwing
 
 KEY = tf.constant([7, 11], tf.int64)
@@ -25,12 +26,18 @@ def _batch(thrower, step):
   return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
 
 
+def _blocks(thrower):
+  """The draws of `thrower`'s configuration on its tensors."""
+  return _dart_blocks.BlockDraws(thrower._config, thrower._state)
+
+
 def _thrown_darts(thrower, step, pi=None):
   """Every dart `draw` may throw for `step`, in order (same stateless calls as the thrower)."""
   steps_per_draw = thrower.steps_per_draw
   draw_key = tf.random.experimental.stateless_fold_in(KEY, tf.constant(step // steps_per_draw, tf.int64))
-  pi_cdf = None if pi is None else thrower._effective_cdf(tf.tile(pi[None], [steps_per_draw, 1]))
-  darts = thrower._darts(thrower._dart_streams(draw_key), 0, thrower._plan.max_darts, pi_cdf)
+  blocks = _blocks(thrower)
+  pi_cdf = None if pi is None else blocks._effective_cdf(tf.tile(pi[None], [steps_per_draw, 1]))
+  darts = blocks._darts(blocks._dart_streams(draw_key), 0, thrower._plan.max_darts, pi_cdf)
   return darts.numpy()[step % steps_per_draw]
 
 
@@ -71,10 +78,17 @@ def test_equals_sequential_dart_throwing_with_mixed_radii(cache_bytes, batch_siz
 
 
 @pytest.fixture(params=["one_pass", "per_pair"])
-def survival_test(request, monkeypatch):
-  """Which test of darts against the accepted set a thrower with one disk radius built now uses."""
-  monkeypatch.setattr(_dart_throwing, "_ONE_PASS_FROM", 1 if request.param == "one_pass" else 10**9)
-  return request.param
+def survival_test(request):
+  """The tuning under which a thrower with one disk radius tests darts against the accepted set in one pass, or not."""
+  return _dart_throwing.DartTuning(one_pass_from=1 if request.param == "one_pass" else 10**9)
+
+
+def test_the_tuning_chooses_the_test_of_darts_and_the_blocks(survival_test):
+  # What the tests below rely on to run both tests of darts against the accepted set, and short blocks.
+  tuning = dataclasses.replace(survival_test, max_survivor_target=4)
+  config = _dart_throwing.DartThrower(_grid(6), _plan(np.full(36, 1.5), 36), 20, tuning=tuning)._config
+  assert config.survival_in_one_pass == (tuning.one_pass_from == 1)
+  assert config.survivor_target == 4 and config.max_survivors == 8
 
 
 def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(survival_test):
@@ -83,7 +97,7 @@ def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(surv
   mingling_values = rng.integers(0, 4, len(points))
   pi = [0.1, 0.2, 0.3, 0.4]
   radius = np.full(len(points), 1.5)
-  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300, mingling_values, pi), 30)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300, mingling_values, pi), 30, tuning=survival_test)
   pi = thrower.pi(tf.constant(0, tf.int64))
   for step in range(5):
     indices, _ = _batch(thrower, step)
@@ -93,13 +107,13 @@ def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(surv
 
 @pytest.mark.parametrize("survivor_target", [4, 512])
 @pytest.mark.parametrize("cache_bytes", [0, 2**24])
-def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(monkeypatch, survival_test,
-                                                                              survivor_target, cache_bytes):
+def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(survival_test, survivor_target,
+                                                                              cache_bytes):
   # A survivor target of 4 cuts nearly every block short (its later darts are thrown again).
-  monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", survivor_target)
+  tuning = dataclasses.replace(survival_test, max_survivor_target=survivor_target)
   points = np.concatenate([_grid(12), _grid(12)])  # every location twice, under two indices
   radius = np.full(len(points), 1.5)
-  thrower = _dart_throwing.DartThrower(points, _plan(radius, 200), 20, cache_bytes)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 200), 20, cache_bytes, tuning=tuning)
   for step in range(0, 40, 3):
     expected = _sequential(_thrown_darts(thrower, step), points, radius, 20)
     indices, fallback = _batch(thrower, step)
@@ -110,14 +124,15 @@ def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(mo
 @pytest.mark.parametrize("survivor_target", [4, 512])
 @pytest.mark.parametrize("batch_size", [20, 60])
 def test_equals_sequential_dart_throwing_with_one_disk_radius_and_points_without_disks(
-    monkeypatch, survival_test, batch_size, survivor_target, radius_scale):
+    survival_test, batch_size, survivor_target, radius_scale):
   # A survivor target of 4 cuts nearly every block short, so most darts meet the accepted set of
   # earlier blocks. Every location twice: a point with a disk and one without at the same place do
   # not conflict, two points with disks there do.
-  monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", survivor_target)
+  tuning = dataclasses.replace(survival_test, max_survivor_target=survivor_target)
   points = np.concatenate([_grid(12), _grid(12)])
   radius = np.where(np.random.default_rng(batch_size).random(len(points)) < 0.7, 2.5, 0.0)
-  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300), batch_size).with_radius_scale(radius_scale)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300), batch_size, tuning=tuning).with_radius_scale(
+      radius_scale)
   for step in range(0, 24, 5):
     expected = _sequential(_thrown_darts(thrower, step), points, radius * radius_scale, batch_size)
     indices, fallback = _batch(thrower, step)
@@ -125,9 +140,8 @@ def test_equals_sequential_dart_throwing_with_one_disk_radius_and_points_without
 
 
 @pytest.mark.parametrize("plan_says", [False, True])
-def test_a_refreshable_thrower_keeps_one_disk_radius_only_when_the_plan_says_so(monkeypatch, survival_test,
-                                                                               plan_says):
-  monkeypatch.setattr(_dart_throwing, "_MAX_SURVIVOR_TARGET", 4)
+def test_a_refreshable_thrower_keeps_one_disk_radius_only_when_the_plan_says_so(survival_test, plan_says):
+  tuning = dataclasses.replace(survival_test, max_survivor_target=4)
   points = np.concatenate([_grid(12), _grid(12)])
   disks = np.random.default_rng(5).random(len(points)) < 0.7
   first = np.where(disks, 2.5, 0.0)
@@ -137,7 +151,7 @@ def test_a_refreshable_thrower_keeps_one_disk_radius_only_when_the_plan_says_so(
 
   def thrower(radius):
     plan = dataclasses.replace(_plan(radius, 300), one_disk_radius=plan_says)
-    return _dart_throwing.DartThrower(points, plan, 40)
+    return _dart_throwing.DartThrower(points, plan, 40, tuning=tuning)
 
   live = thrower(first).refreshable()
   live.refresh_from(thrower(refreshed))
@@ -150,8 +164,8 @@ def test_a_refreshable_thrower_keeps_one_disk_radius_only_when_the_plan_says_so(
 @pytest.mark.parametrize("radius,radius_scale", [(0.0, 1.0), (1.5, 0.0)])
 def test_one_radius_of_zero_draws_distinct_points_and_nothing_else_conflicts(survival_test, radius, radius_scale):
   points = np.concatenate([_grid(6), _grid(6)])  # duplicate locations: distinct points all the same
-  thrower = _dart_throwing.DartThrower(points, _plan(np.full(len(points), radius), 400), 40).with_radius_scale(
-      radius_scale)
+  thrower = _dart_throwing.DartThrower(points, _plan(np.full(len(points), radius), 400), 40,
+                                       tuning=survival_test).with_radius_scale(radius_scale)
   for step in range(6):
     expected = _sequential(_thrown_darts(thrower, step), points, np.zeros(len(points)), 40)
     indices, fallback = _batch(thrower, step)
@@ -164,9 +178,10 @@ def test_darts_are_the_same_whatever_the_blocks(pi):
   mingling_values = None if pi is None else np.arange(100) % 2
   thrower = _dart_throwing.DartThrower(points, _plan(np.full(100, 1.5), 400, mingling_values, pi), 7)
   assert thrower.steps_per_draw == 16
-  pi_cdf = None if pi is None else thrower._effective_cdf(tf.constant([pi] * 16, tf.float64))
-  streams = thrower._dart_streams(tf.constant([3, 4], tf.int64))
-  darts = lambda start, size: thrower._darts(streams, tf.constant(start), tf.constant(size), pi_cdf).numpy()  # noqa: E731
+  blocks = _blocks(thrower)
+  pi_cdf = None if pi is None else blocks._effective_cdf(tf.constant([pi] * 16, tf.float64))
+  streams = blocks._dart_streams(tf.constant([3, 4], tf.int64))
+  darts = lambda start, size: blocks._darts(streams, tf.constant(start), tf.constant(size), pi_cdf).numpy()  # noqa: E731
   whole = darts(0, 400)
   np.testing.assert_array_equal(whole, np.concatenate([darts(0, 12), darts(12, 300), darts(312, 88)], axis=1))
   # Different steps of the draw get different darts.
@@ -181,11 +196,11 @@ def test_darts_are_independent_and_uniform_over_the_points_and_follow_pi():
   pi = np.array([0.1, 0.2, 0.3, 0.4])
   values = np.arange(num_points) % 4
   for plan in (_plan(np.full(num_points, 1.5), 400), _plan(np.full(num_points, 1.5), 400, values, pi.tolist())):
-    thrower = _dart_throwing.DartThrower(_grid(10), plan, 7)
-    pi_cdf = None if plan.pi is None else thrower._effective_cdf(tf.constant([pi] * 16, tf.float64))
+    blocks = _blocks(_dart_throwing.DartThrower(_grid(10), plan, 7))
+    pi_cdf = None if plan.pi is None else blocks._effective_cdf(tf.constant([pi] * 16, tf.float64))
     darts = np.concatenate([
-        thrower._darts(thrower._dart_streams(tf.constant([5, draw], tf.int64)), tf.constant(start), tf.constant(100),
-                       pi_cdf).numpy()
+        blocks._darts(blocks._dart_streams(tf.constant([5, draw], tf.int64)), tf.constant(start), tf.constant(100),
+                      pi_cdf).numpy()
         for draw in range(5) for start in range(0, 400, 100)])  # [20 * 16, 100]: 32000 darts
     if plan.pi is None:
       assert stats.chisquare(np.bincount(darts.ravel(), minlength=num_points)).pvalue > 1e-3
@@ -220,7 +235,7 @@ def test_fallback_fills_distinct_points_when_the_radius_is_too_large():
 
 def test_batch_of_the_whole_dataset_terminates_and_is_a_permutation(survival_test):
   points = _grid(6)
-  thrower = _dart_throwing.DartThrower(points, _plan(np.full(36, 0.5), 36), 36)
+  thrower = _dart_throwing.DartThrower(points, _plan(np.full(36, 0.5), 36), 36, tuning=survival_test)
   indices, _ = thrower.draw(KEY, tf.constant(0, tf.int64))
   assert all(sorted(row) == list(range(36)) for row in indices.numpy().tolist())
 
@@ -233,7 +248,8 @@ def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension(surviv
   distances = np.linalg.norm(points[:, None].astype(np.float64) - points[None], axis=-1)
   radius = float(np.quantile(distances[np.triu_indices(400, 1)], 0.02))
   for cache_bytes in (0, 2**24):
-    thrower = _dart_throwing.DartThrower(points, _plan(np.full(400, radius), 2000), 30, cache_bytes)
+    thrower = _dart_throwing.DartThrower(points, _plan(np.full(400, radius), 2000), 30, cache_bytes,
+                                         tuning=survival_test)
     for step in range(10):
       indices = _batch(thrower, step)[0]
       chosen = distances[np.ix_(indices, indices)] + np.diag(np.full(30, np.inf))
@@ -258,14 +274,14 @@ def _far_apart_plan(num_points, max_darts=64):
   return _plan(np.full(num_points, 100.0), max_darts)
 
 
-@pytest.mark.parametrize("fill_candidates", [None, 12])
-def test_fallback_fill_of_large_datasets_is_uniform_given_the_accepted_point(fill_candidates):
+# 12 candidates are too few for the 9 points needed: most draws fill by scores instead.
+@pytest.mark.parametrize("tuning", [_dart_throwing.DartTuning(),
+                                    _dart_throwing.DartTuning(fill_candidates_per_point=0, fill_extra_candidates=12)],
+                         ids=["default", "12_candidates"])
+def test_fallback_fill_of_large_datasets_is_uniform_given_the_accepted_point(tuning):
   points = _grid(20)  # N = 400 > 8 k: the fill draws candidates
-  thrower = _dart_throwing.DartThrower(points, _far_apart_plan(400), 10)
-  assert thrower._fill_candidates is not None
-  if fill_candidates is not None:
-    # Too few candidates for the 9 points needed: most draws fill by scores instead.
-    thrower._fill_candidates = fill_candidates
+  thrower = _dart_throwing.DartThrower(points, _far_apart_plan(400), 10, tuning=tuning)
+  assert thrower._config.fill_candidates == tuning.fill_candidates_per_point * 10 + tuning.fill_extra_candidates
   # The fill is uniform over the 399 points not taken: its offsets from the accepted point,
   # modulo N, are uniform over 1 ... 399.
   offsets = np.zeros(400)

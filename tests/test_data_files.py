@@ -240,7 +240,7 @@ def test_feature_vectors_that_are_the_elements_are_held_once(tmp_path):
   dataset = lambda: tf.data.Dataset.from_tensor_slices((features, np.arange(20_000) % 10, np.arange(20_000)))  # noqa: E731
   batcher, stream = _build(tf_repulsive.VanillaPDS(), tmp_path, dataset)
   elements = batcher.elements[0]
-  assert np.from_dlpack(batcher.drawer._features).ctypes.data == elements.ctypes.data
+  assert np.from_dlpack(batcher.drawer._state.features).ctypes.data == elements.ctypes.data
   assert [os.path.getsize(path) >= features.nbytes for path in batcher.data_files].count(True) == 1
   x, _, index = next(iter(stream))
   np.testing.assert_array_equal(x.numpy(), features[index.numpy()])

@@ -5,6 +5,8 @@ of thousands of draws, chi-square), and the stream must hand Keras exactly those
 to average 1 over the global batch, in every element form Keras takes.
 """
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -27,6 +29,15 @@ def _data():
   return x, y
 
 
+def _estimated_over(sampler, steps):
+  """`sampler` with a dart thrower that estimates the inclusion probabilities from `steps` steps' draws."""
+
+  class Estimated(type(sampler)):
+    _tuning = _dart_throwing.DartTuning(inclusion_steps=steps)
+
+  return Estimated(**{field.name: getattr(sampler, field.name) for field in dataclasses.fields(sampler)})
+
+
 def _frequencies(batcher, num_steps):
   """Each element's share of the batches of `num_steps` steps from 10**6 on, and how many steps those are."""
   per_draw = batcher.drawer.steps_per_draw
@@ -43,10 +54,10 @@ def _frequencies(batcher, num_steps):
     tf_repulsive.VanillaPDS(radius=3.0),  # so large that the fallback fill completes most batches
 ], ids=["vanilla", "easy", "dense", "vanilla_filled"])
 @pytest.mark.filterwarnings("ignore:the darts filled only")
-def test_inclusion_probabilities_are_the_law_of_the_draws(sampler, monkeypatch):
+def test_inclusion_probabilities_are_the_law_of_the_draws(sampler):
   # Many more steps than the default, so that the estimate's own noise is small against the
   # frequencies': the chi-square then tests the estimate's mean, not its noise.
-  monkeypatch.setattr(_dart_throwing, "INCLUSION_STEPS", 4096)
+  sampler = _estimated_over(sampler, 4096)
   x, y = _data()
   batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, inclusion_weights=True,
                                          options=tf_repulsive.BatcherOptions(verbose=False))

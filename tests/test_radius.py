@@ -1,7 +1,5 @@
 """radius="auto": the largest radius at which the darts fill the batch, calibrated on the data."""
 
-import collections
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -51,15 +49,17 @@ def test_auto_radius_is_a_property_of_the_data_not_of_the_seed(digits):
   assert len(values) == 1
 
 
-def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_also_across_builds(digits, monkeypatch):
+def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_also_across_builds(digits):
   # On small data tracing the draw costs more than all of the calibration's draws: a build that
   # traced it once more for the calibration would spend most of its time calibrating.
   x, y = digits
-  monkeypatch.setattr(_dart_throwing, "_TRACES", collections.OrderedDict())
-  monkeypatch.setattr(_dart_throwing, "_MAX_TRACES", 2)
+  traces = _dart_throwing.DrawTraces(max_traces=2)
+
+  class VanillaPDSOwnTraces(tf_repulsive.VanillaPDS):
+    _traces = traces
 
   def build(features, batch_size=50):
-    return tf_repulsive.VanillaPDS(radius="auto").build(tf_repulsive.SamplingContext(
+    return VanillaPDSOwnTraces(radius="auto").build(tf_repulsive.SamplingContext(
         features=features, labels=None, batch_size=batch_size, distance_cache_bytes=0))
 
   key, step = tf.constant([5, 6], tf.int64), tf.constant(32, tf.int64)
@@ -76,7 +76,7 @@ def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_al
   assert moved.report["radius"] != drawer.report["radius"]
   assert not np.array_equal(moved.traced_draw()(key, step)[0], drawer.traced_draw()(key, step)[0])
   assert traced.experimental_get_tracing_count() == 1
-  # Another configuration has a trace of its own; the process keeps the _MAX_TRACES used last.
+  # Another configuration has a trace of its own; the traces keep the max_traces used last.
   other = build(x, batch_size=40)
   assert other._draws_on_state is not traced
   build(x[:1000])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -54,6 +54,10 @@ class DiskSampler(Sampler):
 
   radius: float | str | None
   max_darts: int | None
+  # The dart thrower's tuning, and the traces its throwers share: class attributes, not fields of
+  # the configuration (a subclass may set its own).
+  _tuning: ClassVar[_dart_throwing.DartTuning] = _dart_throwing.DartTuning()
+  _traces: ClassVar[_dart_throwing.DrawTraces] = _dart_throwing.DEFAULT_TRACES
 
   def build(self, context: SamplingContext) -> BatchDrawer:
     num_points = context.features.shape[0]
@@ -65,7 +69,8 @@ class DiskSampler(Sampler):
     plan = self.plan(batch_size=context.batch_size, radius=radius,
                      mingling_values=None if mingling is None else mingling.values, num_points=num_points)
     thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
-                                         verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
+                                         verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw,
+                                         tuning=self._tuning, traces=self._traces)
     if self.radius == _radius.AUTO:
       scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.batch_size,
                                          context.verbose)

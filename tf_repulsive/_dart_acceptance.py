@@ -1,0 +1,187 @@
+"""Which darts of a block join each step's batch: the test against the accepted set, then the settling.
+
+A block's darts are tested against the accepted set with one Gram matrix, the darts that survive
+are compacted, and conflicts among them are resolved with matrix ops in dart order: the result is
+exactly what the sequential loop accepts from the same darts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tf_repulsive._dart_config import DART_ALIGN
+from tf_repulsive._dart_config import DrawConfig
+from tf_repulsive._dart_state import DrawState
+from tf_repulsive._dart_state import as_columns
+from tf_repulsive._dart_state import as_rows
+
+
+class Acceptance:
+  """The disk tests and the acceptance of a configuration's draws on one dataset's tensors."""
+
+  def __init__(self, config: DrawConfig, state: DrawState):
+    self._config = config
+    self._state = state
+
+  def _sq_distances_between(self, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
+    """`[S, rows, cols]` shrunk squared distances per step."""
+    state = self._state
+    if state.sq_distances is None:
+      row_x, col_x = tf.gather(state.features, rows), tf.gather(state.features, cols)
+      row_norms, col_norms = tf.gather(state.shrunk_sq_norms, rows), tf.gather(state.shrunk_sq_norms, cols)
+      if self._config.one_product:
+        return _gram_per_step(as_rows(row_x, row_norms), as_columns(col_x, col_norms))
+      return row_norms[:, :, None] + col_norms[:, None, :] - 2.0 * _gram_per_step(row_x, col_x)
+    pairs = tf.cast(rows, tf.int64)[:, :, None] * self._config.num_points + tf.cast(cols, tf.int64)[:, None, :]
+    return tf.gather(state.sq_distances, pairs)
+
+  def conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
+    """`[S, rows, cols]` bool per step: same point, or closer than the smaller of the two radii."""
+    same = lambda: tf.equal(rows[:, :, None], cols[:, None, :])  # noqa: E731
+    uniform_radius = self._state.uniform_radius
+    # (In a trace and in a refreshable thrower the radius is a tensor, never known to be 0.)
+    if not self._config.disks or (isinstance(uniform_radius, float) and uniform_radius == 0.0):
+      return same()
+    sq_dist = self._sq_distances_between(rows, cols)
+    if uniform_radius is not None:
+      sq_radius = tf.square(uniform_radius * radius_scale)
+      return tf.logical_or(same(), sq_dist < tf.where(sq_radius > 0.0, sq_radius, -np.inf))
+    # Per-point radii: radius 0 means no disk, so identity must be tested separately.
+    sq_radius = tf.square(radius_scale * tf.minimum(tf.gather(self._state.point_radius, rows)[:, :, None],
+                                                    tf.gather(self._state.point_radius, cols)[:, None, :]))
+    return tf.logical_or(same(), tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius))
+
+  def _survives(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
+    """`[S, darts]` bool: the darts that conflict with no accepted point of their step."""
+    config, state = self._config, self._state
+    width = tf.reduce_max(count)
+    columns = accepted[:, :width]
+    occupied = tf.range(width)[None, :] < count[:, None]
+    if not (config.one_disk_radius and config.survival_in_one_pass):
+      hits = self.conflicts(darts, columns, radius_scale)
+      return tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[:, None, :]), axis=2))
+    # One disk radius, large batches: the distance test is most of the draw. A dart that repeats
+    # an accepted point is rejected without one (darts by mingling value repeat the few points of
+    # the rare values often), and one without a disk conflicts with nothing else; for the others,
+    # one pass over their distances to the accepted points with a disk (the minimum) replaces the
+    # identity test, the comparison, the mask and the reduction.
+    fresh = not_accepted(darts, columns, occupied)
+    if state.uniform_radius is None:
+      tested = tf.logical_and(fresh, tf.gather(state.point_radius, darts) > 0.0)
+      blocking = tf.logical_and(occupied, tf.gather(state.point_radius, columns) > 0.0)
+    else:
+      tested, blocking = fresh, occupied
+    rank = tf.cumsum(tf.cast(tested, tf.int32), axis=1)
+    tested_width = tf.reduce_max(rank[:, -1])
+    slots = tf.where(tested, rank - 1, tested_width)
+    tested_darts = self._compacted(darts, slots, tested_width)
+    sq_dist = self._sq_distances_between(tested_darts, columns)
+    if config.steps_per_draw > 1 or state.uniform_radius is None:
+      sq_dist = tf.where(blocking[:, None, :], sq_dist, np.inf)
+    # (The tested darts and the accepted points they are tested against all have the one disk
+    # radius. A minimum over no columns is +inf: nothing accepted blocks nothing. Radius 0: no disks.)
+    if state.uniform_radius is None:
+      sq_radius = tf.square(radius_scale * tf.gather(state.point_radius, tested_darts))
+    else:
+      sq_radius = tf.square(state.uniform_radius * radius_scale)
+    clear = tf.logical_or(tf.reduce_min(sq_dist, axis=2) >= sq_radius, sq_radius <= 0.0)
+    # The darts not tested read the padding slot, False: a repeat does not survive, a fresh dart
+    # without a disk does.
+    return tf.logical_or(tf.gather(tf.pad(clear, [[0, 0], [0, 1]]), slots, batch_dims=1),
+                         tf.logical_and(fresh, tf.logical_not(tested)))
+
+  def _compacted(self, values: tf.Tensor, slots: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
+    """`[S, width]`: each step's `values` (`[S, n]` int32) moved to their `slots` (slot `width`: dropped).
+
+    Slots that receive no value hold 0.
+    """
+    spare = tf.zeros([self._config.steps_per_draw, width + 1], tf.int32)
+    return tf.tensor_scatter_nd_update(spare, tf.stack([step_rows(slots), slots], axis=2), values)[:, :width]
+
+  def accept(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor,
+             radius_scale: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Adds to each step's `accepted` exactly the darts the sequential algorithm would accept.
+
+    Returns the new `accepted` and `count`, how many of the block's darts were settled (the rest
+    are thrown again by the next block), and the largest fraction over steps of settled darts
+    that survived the test against the accepted set.
+    """
+    size = tf.shape(darts)[1]
+    survives = self._survives(darts, accepted, count, radius_scale)
+    # A step settles its darts up to its `max_survivors`-th survivor; the block settles the darts
+    # before the first step's cut (rounded down to a block start), which every step settled.
+    rank = tf.cumsum(tf.cast(survives, tf.int32), axis=1)
+    beyond = tf.logical_and(survives, rank > self._config.max_survivors)
+    cut = tf.reduce_min(tf.where(tf.reduce_any(beyond, axis=1),
+                                 tf.argmax(tf.cast(beyond, tf.int32), axis=1, output_type=tf.int32), size))
+    settled = tf.where(cut < size, cut // DART_ALIGN * DART_ALIGN, size)
+    survivors = tf.logical_and(survives, tf.range(size)[None, :] < settled)
+    survivor_count = tf.reduce_sum(tf.cast(survivors, tf.int32), axis=1)
+    width = tf.reduce_max(survivor_count)
+    # The survivors, compacted in dart order.
+    compact = self._compacted(darts, tf.where(survivors, rank - 1, width), width)
+    valid = tf.range(width)[None, :] < survivor_count[:, None]
+    earlier = tf.range(width)[None, :] < tf.range(width)[:, None]
+    blocks = tf.logical_and(tf.logical_and(self.conflicts(compact, compact, radius_scale), earlier),
+                            valid[:, None, :])
+
+    # A dart is accepted once no earlier dart that blocks it can still be accepted, and rejected
+    # once an earlier blocking dart is accepted. Each round settles at least the first undecided
+    # dart of every step, so at most `width` rounds run; usually a handful.
+    def unsettled(undecided, taken):
+      del taken
+      return tf.reduce_any(undecided)
+
+    def settle(undecided, taken):
+      live = tf.logical_or(undecided, taken)
+      blocked = tf.reduce_any(tf.logical_and(blocks, live[:, None, :]), axis=2)
+      taken = tf.logical_or(taken, tf.logical_and(undecided, tf.logical_not(blocked)))
+      beaten = tf.reduce_any(tf.logical_and(blocks, taken[:, None, :]), axis=2)
+      undecided = tf.logical_and(tf.logical_and(undecided, blocked), tf.logical_not(beaten))
+      return undecided, taken
+
+    _, taken = tf.while_loop(unsettled, settle, (valid, tf.zeros_like(valid)), maximum_iterations=width)
+    survival = tf.cast(width, tf.float32) / tf.cast(settled, tf.float32)
+    # The sequential loop stops at k accepted points.
+    accepted, count = self.append_first(accepted, count, compact, taken)
+    return accepted, count, settled, survival
+
+  def append_first(self, accepted: tf.Tensor, count: tf.Tensor, values: tf.Tensor,
+                   keep: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Appends to each step's `accepted` the first k - count `values` (`[S, width]`) that `keep` marks, in order."""
+    batch_size = self._config.batch_size
+    rank = tf.cumsum(tf.cast(keep, tf.int32), axis=1)
+    keep = tf.logical_and(keep, rank <= batch_size - count[:, None])
+    # Values not kept are written to a spare slot past the end, which is then dropped.
+    slots = tf.where(keep, count[:, None] + rank - 1, batch_size)
+    spare = tf.concat([accepted, tf.zeros([self._config.steps_per_draw, 1], tf.int32)], axis=1)
+    accepted = tf.tensor_scatter_nd_update(
+        spare, tf.stack([step_rows(slots), slots], axis=2), values)[:, :batch_size]
+    return accepted, count + tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
+
+
+def not_accepted(darts: tf.Tensor, columns: tf.Tensor, occupied: tf.Tensor) -> tf.Tensor:
+  """`[S, darts]` bool: the darts whose point is not among their step's accepted `columns` (`occupied`).
+
+  A sort of the accepted points and a binary search per dart: O((darts + k) log k).
+  """
+  ordered = tf.sort(tf.where(occupied, columns, -1), axis=1)
+  position = tf.searchsorted(ordered, darts, side="left", out_type=tf.int32)
+  # Past the last accepted point: the padding, -1, is no point.
+  found = tf.gather(tf.pad(ordered, [[0, 0], [0, 1]], constant_values=-1), position, batch_dims=1)
+  return tf.not_equal(found, darts)
+
+
+def step_rows(like: tf.Tensor) -> tf.Tensor:
+  """`[S, width]` int32 holding each entry's row (step) number, for scatters into `[S, ...]`."""
+  return tf.broadcast_to(tf.range(tf.shape(like)[0])[:, None], tf.shape(like))
+
+
+def _gram_per_step(row_x: tf.Tensor, col_x: tf.Tensor) -> tf.Tensor:
+  """`[S, rows, cols]` dot products of each step's rows with its columns, one 2-D `MatMul` per step.
+
+  Inside the stream's single-device function, TensorFlow's `MatMul` kernel does these small
+  products much faster than `BatchMatMul` over the step axis ("One matmul per step", BUILD_NOTES.md).
+  """
+  return tf.stack([tf.matmul(row, col, transpose_b=True) for row, col in zip(tf.unstack(row_x), tf.unstack(col_x))])

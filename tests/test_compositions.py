@@ -222,7 +222,8 @@ def test_batch_indices_in_a_fresh_process_equal_this_stream():
       "rng = np.random.default_rng(0)\n"
       "x = rng.normal(size=(2000, 8)).astype(np.float32); y = rng.integers(0, 4, 2000).astype(np.int64)\n"
       "sampler = tf_repulsive.DensePDS([1] * 6)\n"
-      "batcher = tf_repulsive.repulsive_batch(128, sampler, seed=5, start_step=0, verbose=False)\n"
+      "batcher = tf_repulsive.repulsive_batch(128, sampler, seed=5, start_step=0,\n"
+      "                                       options=tf_repulsive.BatcherOptions(verbose=False))\n"
       "tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)\n"
       "np.save(sys.argv[1], np.stack([batcher.batch_indices(s) for s in range(16)]))\n")
   path = _REPO / ".pytest_fresh_process_draws.npy"

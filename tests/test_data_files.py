@@ -221,7 +221,7 @@ def test_data_dir_refuses_what_it_cannot_map(tmp_path):
   with pytest.raises(TypeError, match="data_dir"):
     tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), options=tf_repulsive.BatcherOptions(data_dir=3))
   model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
-  with pytest.raises(ValueError, match="model_space or data_dir, not both"):
+  with pytest.raises(ValueError, match="a ModelSpace or a data_dir, not both"):
     tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(),
                                  features=tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), 10),
                                  options=tf_repulsive.BatcherOptions(data_dir=tmp_path))

@@ -36,8 +36,9 @@ _SETTINGS = dict(deadline=None, derandomize=True, database=None,
                  suppress_health_check=[hypothesis.HealthCheck.too_slow, hypothesis.HealthCheck.data_too_large])
 GENERATED: dict[str, int] = {}  # property -> cases run (printed by conftest.py)
 # Words an error names when it says what to pass or change.
-_FIXES = ("features", "labels", "pass ", "Pass ", "apply it", "Apply it", "before the batcher", "after the batcher",
-          "unbatch", "seed", "Clean", "rescale", "Pad", "densify", "classes", "deterministic")
+_FIXES = ("`features`", "`labels`", "features=", "labels=", "pass ", "Pass ", "apply it", "Apply it",
+          "before the batcher", "after the batcher", "unbatch", "seed", "Clean", "rescale", "Pad", "densify", "classes",
+          "deterministic")
 
 
 def _count(name):
@@ -178,11 +179,13 @@ def _oracle(element, facts, needs_labels):
 
 
 def _dataset(element):
+  # (y may be nested: its first leaf has one row per element.)
+  size = len(tf.nest.flatten(element[1])[0]) if isinstance(element, tuple) and len(element) > 1 else None
   if isinstance(element, tuple) and isinstance(element[0], str) and element[0] == "ragged":
-    ragged = tf.ragged.constant([[1.0] * (i % 3 + 1) for i in range(len(element[1]))])
+    ragged = tf.ragged.constant([[1.0] * (i % 3 + 1) for i in range(size)])
     return tf.data.Dataset.from_tensor_slices((ragged, element[1]))
   if isinstance(element, tuple) and isinstance(element[0], str) and element[0] == "sparse":
-    dense = np.eye(len(element[1]), 4, dtype=np.float32)
+    dense = np.eye(size, 4, dtype=np.float32)
     return tf.data.Dataset.from_tensor_slices((tf.sparse.from_dense(dense), element[1]))
   return tf.data.Dataset.from_tensor_slices(element)
 
@@ -293,7 +296,8 @@ class _Fingerprint(keras.Model):
   """Records the sum of the index component of every batch it trains on."""
 
   def __init__(self):
-    super().__init__()
+    # (The default name, from the class name, starts with an underscore: not a valid name scope.)
+    super().__init__(name="fingerprint")
     self.dense = keras.layers.Dense(3)
     self.seen = tf.Variable(tf.zeros([64], tf.int64), trainable=False)
 

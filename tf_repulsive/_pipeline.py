@@ -267,7 +267,13 @@ class RepulsiveBatcher:
     built = self._require_built()
     steps = _draw_record.checked_steps(steps, _check_step)
     refresher = built.refresher
-    redraw = built.installed_draw_of if redraw_at_most is None else self._draw_of
+
+    def redraw(step: int) -> tuple[np.ndarray, int]:
+      # (Any step, without a bound: one of a refresh not installed raises.)
+      if refresher is not None and redraw_at_most is None:
+        refresher.check_installed(step)
+      return self._draw_of(step)
+
     # Only steps of the refresh installed can be drawn again when the caller bounds the redraws.
     redrawable = (steps // refresher.space.refresh_every == refresher.installed()
                   if refresher is not None and redraw_at_most is not None else np.ones(steps.shape, bool))

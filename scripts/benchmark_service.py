@@ -1,14 +1,16 @@
 """tf.data service with the arrays in the graph and by reference (`data_dir`): graph, memory, first batch.
 
   PYTHONPATH=. .venv/bin/python scripts/benchmark_service.py [--num_points=1000000] [--dim=128]
-      [--batch_size=512] [--sampler=vanilla_pds] [--modes=reference,value] [--batches=200]
+      [--batch_size=512] [--sampler=vanilla_pds] [--modes=reference,value] [--batches=200] [--rebuild]
 
 A dispatcher, two workers and a client, each its own process, in a private network namespace
 (the script enters one with `unshare --net`, loopback only, as root; the servers stop with it).
 The client builds the batcher on Gaussian data (`scripts/benchmark_data.py`, 10 labels),
 ships the stream with `distribute("distributed_epoch")` and reads `--batches` batches. Per mode:
-the build's seconds, the serialised graph's bytes, the seconds from `distribute()` to the first
-batch, batches/s after it, and each process's peak memory (sampled every 0.1 s from
+the build's seconds, the serialised graph's bytes, the workers' check of the data files (lengths,
+then every byte: `check_data_files(..., contents=True)`), the seconds from `distribute()` to the
+first batch, batches/s after it, with `--rebuild` a second build's seconds and its comparison of
+the files with the arrays, and each process's peak memory (sampled every 0.1 s from
 /proc/PID/status) above what it held before the stream (TensorFlow imported, server started;
 the client's input arrays made), over the data's bytes (the elements: features and labels): its
 own memory (`RssAnon`) at the peak and after the last batch, and the file pages it maps
@@ -36,6 +38,9 @@ _BATCH_SIZE = flags.DEFINE_integer("batch_size", 512, "k.")
 _SAMPLER = flags.DEFINE_enum("sampler", "vanilla_pds", ["uniform", "vanilla_pds", "anneal_pds"], "Sampler.")
 _MODES = flags.DEFINE_list("modes", ["reference", "value"], "reference: data_dir; value: the graph holds the arrays.")
 _BATCHES = flags.DEFINE_integer("batches", 200, "Batches the client reads after the first.")
+_REBUILD = flags.DEFINE_boolean(
+    "rebuild", False, "After the last batch, build again on the files written (each compared with the array "
+    "in memory before it is reused), and time that comparison alone. Adds a batcher to the client's memory.")
 _SECONDS = flags.DEFINE_integer("seconds", 1800, "Bound on each mode's run.")
 _NAMESPACE = "TF_REPULSIVE_BENCHMARK_NAMESPACE"
 
@@ -60,7 +65,7 @@ import numpy as np, tensorflow as tf
 sys.path.insert(0, ".")
 from scripts.benchmark_data import dataset
 import tf_repulsive
-address, data_dir, num_points, dim, batch_size, sampler_name, batches = sys.argv[1:]
+address, data_dir, num_points, dim, batch_size, sampler_name, batches, rebuild_too = sys.argv[1:]
 features, labels = dataset("gaussian", int(num_points), int(dim))
 print("ready", flush=True)
 sys.stdin.readline()  # the orchestrator has read the resident memory before the stream
@@ -72,11 +77,14 @@ start = time.perf_counter()
 stream = tf.data.Dataset.from_tensor_slices((features, labels)).apply(batcher)
 build = time.perf_counter() - start
 graph_bytes = len(stream._as_serialized_graph().numpy())
-check = None
+check = check_contents = rebuild = compare = None
 if batcher.data_files:
   start = time.perf_counter()
   batcher.check_data_files("grpc://" + address)
   check = time.perf_counter() - start
+  start = time.perf_counter()
+  batcher.check_data_files("grpc://" + address, contents=True)
+  check_contents = time.perf_counter() - start
 start = time.perf_counter()
 iterator = iter(stream.apply(tf.data.experimental.service.distribute(
     "distributed_epoch", "grpc://" + address)))
@@ -86,8 +94,21 @@ start = time.perf_counter()
 for _ in range(int(batches)):
   next(iterator)
 rate = int(batches) / (time.perf_counter() - start)
+if rebuild_too == "1" and batcher.data_files:
+  # A second build finds the files and compares each with the array in memory before it reuses it.
+  start = time.perf_counter()
+  tf.data.Dataset.from_tensor_slices((features, labels)).apply(
+      tf_repulsive.repulsive_batch(int(batch_size), sampler, seed=0, start_step=0, options=options))
+  rebuild = time.perf_counter() - start
+  from tf_repulsive import _data_file_checks, _data_files
+  files = batcher._built.files
+  start = time.perf_counter()
+  for path in batcher.data_files:
+    _data_file_checks.same_bytes(path, _data_files._flat_bytes(_data_files._host_view(files._arrays[path])), False)
+  compare = time.perf_counter() - start
 files = sum(__import__("os").path.getsize(path) for path in batcher.data_files)
-print(json.dumps(dict(build=build, graph_bytes=graph_bytes, check=check, first_batch=first, batches_per_second=rate,
+print(json.dumps(dict(build=build, graph_bytes=graph_bytes, check=check, check_contents=check_contents, rebuild=rebuild,
+                      compare=compare, first_batch=first, batches_per_second=rate,
                       file_bytes=files, data_bytes=features.nbytes + labels.nbytes)), flush=True)
 sys.stdin.read()
 """
@@ -139,7 +160,7 @@ def _run(mode, directory):
   workers = [_Process(f"worker {index}", _WORKER, address) for index in range(2)]
   data_dir = os.path.join(directory, "data") if mode == "reference" else "-"
   client = _Process("client", _CLIENT, address, data_dir, _NUM_POINTS.value, _DIM.value, _BATCH_SIZE.value,
-                    _SAMPLER.value, _BATCHES.value)
+                    _SAMPLER.value, _BATCHES.value, int(_REBUILD.value))
   processes = [dispatcher, *workers, client]
   try:
     for process in (*workers, client):
@@ -195,14 +216,17 @@ def main(argv):
                        for name, (own, last, mapped) in result["memory"].items())
     rows.append(f"| {mode} | {result['build']:.1f} | {result['graph_bytes'] / 2**20:.2f} | "
                 f"{result['file_bytes'] / 2**20:.0f} | "
-                f"{'–' if result['check'] is None else format(result['check'], '.1f')} | {result['first_batch']:.1f} | "
+                + " | ".join("–" if result[key] is None else format(result[key], ".1f")
+                             for key in ("check", "check_contents", "rebuild", "compare"))
+                + f" | {result['first_batch']:.1f} | "
                 f"{result['batches_per_second']:.0f} | {memory} |")
     print(rows[-1], flush=True)
-  print("\n| arrays | build (s) | graph (MiB) | files (MiB) | check_data_files (s) | distribute() to first batch (s) "
+  print("\n| arrays | build (s) | graph (MiB) | files (MiB) | check_data_files (s) | with contents=True (s) "
+        "| build again (s) | of which the byte comparison (s) | distribute() to first batch (s) "
         "| batches/s | "
         "memory above the process's start, over the data bytes: own at the peak / at the end + mapped "
         "files at the peak |")
-  print("|---|---|---|---|---|---|---|---|")
+  print("|---|---|---|---|---|---|---|---|---|---|---|")
   print("\n".join(rows))
 
 

@@ -19,6 +19,8 @@ import tensorflow as tf
 from sklearn import datasets as sk_datasets
 
 import tf_repulsive
+from data_file_damage import damage
+from data_file_damage import files_by_kind
 
 NUM_POINTS = 300
 BATCH = 20  # 15 steps per epoch
@@ -44,16 +46,16 @@ def large_dataset():
                                              np.arange(len(data.target))))
 
 
-def batcher_for(sampler, start_step=0, batch_size=BATCH, data_dir=None):
-  return tf_repulsive.repulsive_batch(batch_size, sampler, labels=lambda x, y, index: y, seed=SEED,
-                                      start_step=start_step,
+def batcher_for(sampler, start_step=0, batch_size=BATCH, data_dir=None, features=None):
+  return tf_repulsive.repulsive_batch(batch_size, sampler, features=features, labels=lambda x, y, index: y,
+                                      seed=SEED, start_step=start_step,
                                       options=tf_repulsive.BatcherOptions(data_dir=data_dir))
 
 
-def _check_error(batcher, target, timeout=60.0):
+def _check_error(batcher, target, timeout=60.0, contents=False):
   """What `check_data_files` raises, as "TypeName: message" ("" if it passes)."""
   try:
-    batcher.check_data_files(target, timeout=timeout)
+    batcher.check_data_files(target, timeout=timeout, contents=contents)
     return ""
   except (ValueError, TimeoutError) as error:
     return f"{type(error).__name__}: {error}"
@@ -95,6 +97,25 @@ def service(output):
   results["unseen_check_error"] = np.array(_check_error(by_reference_batcher, dispatcher.target))
   results["checked_file"] = np.array(victim)
   os.rename(victim + ".moved", victim)
+  # Files of the right length with other bytes: the check of the contents names them, and so does
+  # the workers' first draw.
+  damaged = batcher_for(tf_repulsive.VanillaPDS(), data_dir=os.path.join(os.path.dirname(output), "damaged"),
+                        features=lambda x, y, index: 2.0 * x)
+  damaged_stream = large_dataset().apply(damaged)
+  results["damaged_check_before"] = np.array(_check_error(damaged, dispatcher.target, contents=True))
+  for kind, path in files_by_kind(damaged).items():
+    for how in ("zeros", "flips"):
+      original = damage(path, how)
+      results[f"damaged_{kind}_{how}_lengths"] = np.array(_check_error(damaged, dispatcher.target))
+      results[f"damaged_{kind}_{how}_contents"] = np.array(_check_error(damaged, dispatcher.target, contents=True))
+      try:
+        next(iter(damaged_stream.apply(svc.distribute("distributed_epoch", dispatcher.target))))
+        results[f"damaged_{kind}_{how}_draw"] = np.array("")
+      except tf.errors.InvalidArgumentError as error:
+        results[f"damaged_{kind}_{how}_draw"] = np.array(error.message)
+      with open(path, "r+b") as file:
+        file.write(original)
+      results[f"damaged_{kind}_file"] = np.array(path)
   # A dispatcher without workers: the check gives up.
   idle = svc.DispatchServer(svc.DispatcherConfig(port=0))
   results["idle_check_error"] = np.array(_check_error(by_reference_batcher, idle.target, timeout=3))

@@ -14,6 +14,9 @@ import tensorflow as tf
 from sklearn import datasets as sk_datasets
 
 import tf_repulsive
+from data_file_damage import damage
+from data_file_damage import files_by_kind
+from tf_repulsive import _data_file_checks
 from tf_repulsive import _data_files
 
 BATCH = 50
@@ -195,12 +198,12 @@ def test_the_workers_check_tells_a_file_of_the_right_length_from_a_missing_short
   for case, size in (("same", length), ("shorter", length - 1), ("longer", length + 1), ("empty", 0)):
     with open(path, "wb") as file:
       file.write(b"x" * size)
-    statuses[case] = int(_data_files._length_status(tf.constant(path), tf.constant(length, tf.int64)))
+    statuses[case] = int(_data_file_checks.length_status(tf.constant(path), tf.constant(length, tf.int64)))
   os.remove(path)
-  statuses["missing"] = int(_data_files._length_status(tf.constant(path), tf.constant(length, tf.int64)))
-  assert statuses["same"] == _data_files._SAME_LENGTH
-  assert statuses["shorter"] == statuses["empty"] == _data_files._SHORTER
-  assert statuses["longer"] > _data_files._SAME_LENGTH and statuses["missing"] == _data_files._MISSING
+  statuses["missing"] = int(_data_file_checks.length_status(tf.constant(path), tf.constant(length, tf.int64)))
+  assert statuses["same"] == _data_file_checks.SAME_LENGTH
+  assert statuses["shorter"] == statuses["empty"] == _data_file_checks.SHORTER
+  assert statuses["longer"] > _data_file_checks.SAME_LENGTH and statuses["missing"] == _data_file_checks.MISSING
 
 
 def test_the_workers_check_refuses_what_it_cannot_check(tmp_path):
@@ -276,3 +279,54 @@ def test_dict_and_multi_input_elements_by_reference_are_the_drawn_elements(tmp_p
   assert len(batcher.data_files) >= 2 and _graph_bytes(dataset().apply(
       tf_repulsive.repulsive_batch(50, tf_repulsive.Uniform(), seed=4, start_step=0,
                                    options=tf_repulsive.BatcherOptions(data_dir=tmp_path, verbose=False)))) < 1e6
+
+
+def _build_with_features(data_dir):
+  """A batcher whose feature vectors have a file of their own; each new iterator starts at step 0."""
+  batcher = tf_repulsive.repulsive_batch(
+      BATCH, tf_repulsive.VanillaPDS(), features=lambda x, y, index: 2.0 * x, labels=lambda x, y, index: y, seed=11,
+      options=tf_repulsive.BatcherOptions(data_dir=data_dir, verbose=False))
+  stream = _digits().apply(batcher)
+
+  def first_batches(count):
+    batcher.start_at(0)
+    return _indices(stream, count)
+
+  return batcher, first_batches
+
+
+@pytest.mark.parametrize("how", ["zeros", "flips"])
+@pytest.mark.parametrize("kind", ["elements", "features", "table"])
+def test_a_damaged_file_fails_the_draw_naming_it_and_a_new_build_writes_it_anew(tmp_path, kind, how):
+  batcher, first_batches = _build_with_features(tmp_path)
+  expected = first_batches(4)
+  path = files_by_kind(batcher)[kind]
+  damage(path, how)
+  with pytest.raises(tf.errors.InvalidArgumentError, match=f"{path} does not hold the array the build wrote"):
+    first_batches(1)
+  with pytest.warns(RuntimeWarning, match=f"{path} does not hold the array the build wrote.*writes it anew"):
+    again, again_first_batches = _build_with_features(tmp_path)
+  assert again.data_files == batcher.data_files
+  np.testing.assert_array_equal(again_first_batches(4), expected)
+  # The files are mapped at every draw: the first build's stream reads the file written anew.
+  np.testing.assert_array_equal(first_batches(4), expected)
+
+
+def test_a_change_between_the_sampled_places_passes_the_draw_and_fails_the_full_checks(tmp_path):
+  batcher, first_batches = _build_with_features(tmp_path)
+  path = files_by_kind(batcher)["table"]
+  length = os.path.getsize(path)
+  samples = _data_file_checks.Samples.of(np.memmap(path, np.float32, "r"))
+  # A byte the sampled runs do not cover (the cache's values are float32: 4 bytes each).
+  byte = int(np.setdiff1d(np.arange(length // 4), samples.positions)[length // 8]) * 4
+  expected = _data_file_checks.fingerprints(path, length).numpy()
+  with open(path, "r+b") as file:
+    file.seek(byte)
+    original = file.read(1)
+    file.seek(byte)
+    file.write(bytes([original[0] ^ 0x01]))
+  first_batches(1)  # the sampled check does not see it
+  assert int(_data_file_checks.content_status(path, length, expected)) == _data_file_checks.OTHER_CONTENTS
+  with pytest.warns(RuntimeWarning, match="writes it anew"):
+    _build_with_features(tmp_path)
+  assert int(_data_file_checks.content_status(path, length, expected)) == _data_file_checks.SAME_LENGTH

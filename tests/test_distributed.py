@@ -93,6 +93,20 @@ def test_the_workers_check_before_shipping_names_a_missing_or_partial_file(servi
   assert str(service_results["idle_check_error"]).startswith("TimeoutError: No answer from the tf.data service")
 
 
+@pytest.mark.parametrize("how", ["zeros", "flips"])
+@pytest.mark.parametrize("kind", ["elements", "features", "table"])
+def test_a_damaged_file_is_named_by_the_check_of_contents_and_by_the_workers_draw(service_results, kind, how):
+  assert service_results["damaged_check_before"] == ""
+  path = str(service_results[f"damaged_{kind}_file"])
+  # The length is right: only the contents tell.
+  assert service_results[f"damaged_{kind}_{how}_lengths"] == ""
+  contents = str(service_results[f"damaged_{kind}_{how}_contents"])
+  assert contents.startswith("ValueError: 2 of the 2 workers") and f"sees {path} with other bytes" in contents
+  draw = str(service_results[f"damaged_{kind}_{how}_draw"])
+  assert f"{path} does not hold the array the build wrote" in draw
+  assert "check_data_files(service, contents=True)" in draw
+
+
 def test_service_refuses_a_stream_whose_start_it_cannot_know(service_results):
   assert "does not know its first step" in str(service_results["unstarted_error"])
   assert str(service_results["keras_error"]).startswith(

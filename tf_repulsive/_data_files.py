@@ -22,12 +22,14 @@ import numbers
 import os
 import tempfile
 import threading
+import warnings
 import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _data_file_checks as _checks
 from tf_repulsive import _progress
 from tf_repulsive import _stream_ops
 
@@ -76,6 +78,36 @@ def check_mappable(element_spec: Any) -> None:
           "build without data_dir.")
 
 
+def _read_with_timeout(shipped: tf.data.Dataset, service: str, timeout: float) -> list[np.ndarray]:
+  """The elements of `shipped`, read within `timeout` seconds: each worker's answer."""
+  answers: list[np.ndarray] = []
+  failure: list[BaseException] = []
+
+  def collect():
+    try:
+      answers.extend(shipped.as_numpy_iterator())
+    except Exception as error:  # reported by the caller's thread
+      failure.append(error)
+
+  # A service without workers never ends the stream, and its reads cannot be cancelled: a
+  # daemon thread reads it, and the caller waits for it at most `timeout` seconds.
+  reader = threading.Thread(target=collect, name="tf_repulsive data_files check", daemon=True)
+  reader.start()
+  reader.join(timeout)
+  if reader.is_alive():
+    raise TimeoutError(
+        f"No answer from the tf.data service at {service!r} within {timeout:g} s (workers answered: "
+        f"{len(answers)}): is a worker registered with that dispatcher?")
+  if failure:
+    raise failure[0]
+  return answers
+
+
+def _flat_bytes(array: np.ndarray) -> np.ndarray:
+  """The array's bytes as a flat uint8 view (a copy only when it is not contiguous)."""
+  return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
 def _unseen_message(path: str) -> str:
   return (f"tf_repulsive: this process cannot see {path}, a file of the stream's data_dir. Every process that "
           "runs the stream (each tf.data service worker) needs data_dir at the same path, holding the files "
@@ -88,28 +120,6 @@ def _host_view(value: tf.Tensor) -> np.ndarray:
     return np.from_dlpack(value)
   except (BufferError, TypeError, ValueError, RuntimeError):  # dtypes DLPack cannot describe (bfloat16, say)
     return value.numpy()
-
-
-# What a worker reports for each file (`check_seen_by_workers`).
-_MISSING, _SHORTER, _SAME_LENGTH = -1, 0, 1
-
-
-def _seen(path: str | tf.Tensor) -> tf.Tensor:
-  """Whether this process sees the file `path` (a path without glob characters)."""
-  return tf.size(tf.io.matching_files(path)) > 0
-
-
-def _length_status(path: tf.Tensor, length: tf.Tensor) -> tf.Tensor:
-  """_MISSING, _SHORTER, _SAME_LENGTH or more (longer) for the file `path` against `length` bytes.
-
-  Reads the start of the file, not all of it: a fixed-length record reader that skips a footer of
-  `length - 1` bytes finds one one-byte record in a file of `length` bytes, none in a shorter one,
-  and two or more (it stops at two) in a longer one.
-  """
-  def records():
-    reader = tf.data.FixedLengthRecordDataset(path, record_bytes=1, footer_bytes=length - 1).take(2)
-    return reader.reduce(tf.constant(_SHORTER, tf.int64), lambda count, _: count + 1)
-  return tf.cond(_seen(path), records, lambda: tf.constant(_MISSING, tf.int64))
 
 
 class DataFiles:
@@ -125,8 +135,11 @@ class DataFiles:
     self._verbose = verbose
     # Per array (by identity): its file. The reference keeps the tensor, so its id stays its own.
     self._files: dict[object, str] = {}
-    # Per file: the dtype and shape of the array first written to it, which its op maps.
+    # Per file: the dtype and shape of the array first written to it, which its op maps, that
+    # array (the truth a check compares the file with), and where the sampled check looks.
     self._layouts: dict[str, tuple[tf.DType, tf.TensorShape]] = {}
+    self._arrays: dict[str, tf.Tensor] = {}
+    self._samples: dict[str, _checks.Samples] = {}
     # Per function graph being traced: the tensor that stands for each file's array in it.
     self._received: weakref.WeakKeyDictionary[tf.Graph, dict[str, tf.Tensor]] = weakref.WeakKeyDictionary()
 
@@ -148,16 +161,22 @@ class DataFiles:
     """In a function being traced: the arrays of the files `paths`, memory-mapped each time it runs.
 
     A process that does not see a file fails with an `InvalidArgumentError` that names it and
-    says what every process running the stream needs.
+    says what every process running the stream needs; one whose file holds other values at the
+    sampled places (`_data_file_checks`) fails naming the file as damaged.
     """
     # (A path with glob characters would not match itself: the op's own NotFoundError names it.)
-    seen = [tf.debugging.Assert(_seen(path), [_unseen_message(path)])
+    seen = [tf.debugging.Assert(_checks.seen(path), [_unseen_message(path)])
             for path in paths if not any(character in path for character in "*?[]\\")]
     arrays = []
     with tf.control_dependencies(seen):
       for path in paths:
         dtype, shape = self._layouts[path]
         arrays.append(tf.raw_ops.ImmutableConst(dtype=dtype, shape=shape, memory_region_name=path))
+    # A few KB of each file against what the build wrote: a damaged copy fails the draw, naming it.
+    # (The function runs its asserts before it returns. The arrays are returned as mapped, not
+    # through an op that TensorFlow's constant folding would replace by a copy of the file.)
+    for path, array in zip(paths, arrays):
+      _checks.sampled_check(path, array, self._samples[path])
     return arrays
 
   def with_arrays(self, draws: tf.data.Dataset, draw: Callable[..., Any],
@@ -179,16 +198,19 @@ class DataFiles:
 
     return _stream_ops.map_on_host(draws, with_arrays), draw_with_arrays
 
-  def check_seen_by_workers(self, service: str, timeout: float) -> int:
+  def check_seen_by_workers(self, service: str, timeout: float, contents: bool) -> int:
     """How many workers of the tf.data service at `service` answered, each seeing every file whole.
 
     Runs a dataset of one element in `"parallel_epochs"` mode, which every worker registered with
-    the dispatcher runs once: the element is the worker's status of each file.
+    the dispatcher runs once: the element is the worker's status of each file. With `contents`
+    each worker reads every file and compares the fingerprints of its chunks with those of the
+    arrays in this process's memory.
 
     Raises:
       TypeError, ValueError: for a `service` that is not an address, a `timeout` that is not a
-        positive number of seconds.
-      ValueError: naming the files some worker does not see, or sees at another length.
+        positive number of seconds, `contents` not a bool.
+      ValueError: naming the files some worker does not see, sees at another length, or (with
+        `contents`) sees with other bytes.
       TimeoutError: if the workers have not all answered within `timeout` seconds.
     """
     if not isinstance(service, str) or not service:
@@ -196,41 +218,34 @@ class DataFiles:
           f"`service` must be the dispatcher's address as a string (\"grpc://host:port\"); got {service!r}.")
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
       raise ValueError(f"`timeout` must be a positive number of seconds; got {timeout!r}.")
-    timeout = float(timeout)
+    if not isinstance(contents, bool):
+      raise TypeError(f"`contents` must be True or False; got {contents!r}.")
     paths = self.paths
     lengths = [self._layouts[path][0].size * self._layouts[path][1].num_elements() for path in paths]
-    statuses = tf.data.Dataset.from_tensors((tf.constant(list(paths), tf.string), tf.constant(lengths, tf.int64))).map(
-        lambda path, length: tf.map_fn(lambda file: _length_status(*file), (path, length),
-                                       fn_output_signature=tf.int64))
-    shipped = statuses.apply(tf.data.experimental.service.distribute("parallel_epochs", service))
-    answers: list[np.ndarray] = []
-    failure: list[BaseException] = []
+    expected = ([_checks.fingerprints_of(_flat_bytes(_host_view(self._arrays[path]))) for path in paths]
+                if contents else None)
 
-    def collect():
-      try:
-        answers.extend(shipped.as_numpy_iterator())
-      except Exception as error:  # reported by the caller's thread
-        failure.append(error)
+    def statuses(_):
+      if expected is not None:
+        return tf.stack([_checks.content_status(*file) for file in zip(paths, lengths, expected)])
+      return tf.stack([_checks.length_status(tf.constant(path), tf.constant(length, tf.int64))
+                       for path, length in zip(paths, lengths)])
 
-    # A service without workers never ends the stream, and its reads cannot be cancelled: a
-    # daemon thread reads it, and the caller waits for it at most `timeout` seconds.
-    reader = threading.Thread(target=collect, name="tf_repulsive data_files check", daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if reader.is_alive():
-      raise TimeoutError(
-          f"No answer from the tf.data service at {service!r} within {timeout:g} s (workers answered: "
-          f"{len(answers)}): is a worker registered with that dispatcher?")
-    if failure:
-      raise failure[0]
-    missing = sorted({path for answer in answers for path, status in zip(paths, answer) if status == _MISSING})
-    other_length = sorted({path for answer in answers for path, status in zip(paths, answer)
-                           if status not in (_MISSING, _SAME_LENGTH)})
-    if missing or other_length:
-      failing = sum(1 for answer in answers if np.any(answer != _SAME_LENGTH))
-      problems = ([f"cannot see {', '.join(missing)}"] if missing else []) + (
-          [f"sees {', '.join(other_length)} at another length than the build wrote (a partial or stale copy)"]
-          if other_length else [])
+    shipped = tf.data.Dataset.from_tensors(0).map(statuses).apply(
+        tf.data.experimental.service.distribute("parallel_epochs", service))
+    answers = _read_with_timeout(shipped, service, timeout)
+    def named(matches: Callable[[int], bool]) -> str:
+      return ", ".join(sorted({path for answer in answers for path, status in zip(paths, answer) if matches(status)}))
+
+    missing = named(lambda status: status == _checks.MISSING)
+    damaged = named(lambda status: status == _checks.OTHER_CONTENTS)
+    other_length = named(lambda status: status == _checks.SHORTER or status > _checks.SAME_LENGTH)
+    problems = ([f"cannot see {missing}"] if missing else []) + (
+        [f"sees {damaged} with other bytes than the build wrote (a damaged copy)"] if damaged else []) + (
+        [f"sees {other_length} at another length than the build wrote (a partial or stale copy)"]
+        if other_length else [])
+    if problems:
+      failing = sum(1 for answer in answers if np.any(answer != _checks.SAME_LENGTH))
       raise ValueError(
           f"{failing} of the {len(answers)} workers of the tf.data service at {service!r} cannot map the stream's "
           f"data files: a worker {'; a worker '.join(problems)}. Every process that runs the stream needs data_dir "
@@ -270,21 +285,27 @@ class DataFiles:
     key = value.ref()
     path = self._files.get(key)
     if path is None:
-      path = self._files[key] = self._write(_host_view(value))
-      self._layouts.setdefault(path, (value.dtype, value.shape))
+      array = _host_view(value)
+      path = self._files[key] = self._write(array)
+      if path not in self._layouts:
+        self._layouts[path], self._arrays[path] = (value.dtype, value.shape), value
+        self._samples[path] = _checks.Samples.of(array)
     return path
 
   def _write(self, array: np.ndarray) -> str:
-    """Writes `array`'s bytes to `<sha256 of dtype and bytes>.tf_repulsive` unless present."""
-    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    """Writes `array`'s bytes to `<sha256 of dtype and bytes>.tf_repulsive` unless it holds them already."""
+    flat = _flat_bytes(array)
     digest = hashlib.sha256(f"{array.dtype.str}\n".encode())
     with _progress.bar("data files (hashing)", flat.size, self._verbose) as progress:
       for start in range(0, flat.size, _CHUNK_BYTES):
         digest.update(flat[start:start + _CHUNK_BYTES].data)
         progress.update(min(_CHUNK_BYTES, flat.size - start))
     path = os.path.join(self.directory, digest.hexdigest()[:32] + _SUFFIX)
-    if os.path.isfile(path) and os.path.getsize(path) == flat.size:
-      return path  # written by an earlier build of the same data
+    if os.path.isfile(path):
+      if _checks.same_bytes(path, flat, self._verbose):
+        return path  # written by an earlier build of the same data
+      warnings.warn(_checks.damaged_message(path, "found by an earlier build's name") + " This build writes it anew.",
+                    RuntimeWarning, stacklevel=2)
     # Renamed into place when complete: a process that finds the name finds all of the file.
     descriptor, temporary = tempfile.mkstemp(dir=self.directory, suffix=".partial")
     try:

@@ -168,26 +168,23 @@ class RepulsiveBatcher:
     files = self._require_built().files
     return [] if files is None else files.paths
 
-  def check_data_files(self, service: str, timeout: float = 60.0) -> int:
+  def check_data_files(self, service: str, timeout: float = 60.0, contents: bool = False) -> int:
     """Checks, before the stream is shipped, that every tf.data service worker sees `data_files` whole.
+
+    Returns the number of workers that answered. Raises a ValueError that names the files a
+    worker does not see, sees at another length, or (with `contents`) with other bytes; a
+    TimeoutError without an answer within `timeout` seconds.
 
     Args:
       service: the dispatcher's address, as `tf.data.experimental.service.distribute` takes it.
       timeout: seconds to wait for the workers' answers.
-
-    Returns:
-      The number of workers that answered.
-
-    Raises:
-      ValueError: the batcher has no `data_dir`; or a worker does not see a file, or sees it at
-        another length (the message names the files).
-      TimeoutError: no complete answer within `timeout` seconds (no worker registered, say).
+      contents: each worker compares every byte of its files with the build's, instead of their lengths.
     """
     files = self._require_built().files
     if files is None:
       raise ValueError("check_data_files checks the files of a batcher built with a data_dir; this one holds its "
                        "arrays in the stream's graph, which tf.data service ships to the workers.")
-    return files.check_seen_by_workers(service, timeout)
+    return files.check_seen_by_workers(service, timeout, contents)
 
   @property
   def inclusion_probabilities(self) -> np.ndarray | None:

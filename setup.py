@@ -50,7 +50,7 @@ setuptools.setup(
         # myst-parser: the guide and results pages are Markdown, their tables and commands readable in the repo too.
         # pytest-xdist runs the suite on two processes (scripts/test.sh), one per core; pytest >= 9
         # ends a hung test's process (faulthandler_exit_on_timeout in pytest.ini).
-        # tensorboard: the callbacks' tests write TensorBoard logs (TensorFlow 2.21 no longer brings it).
+        # tensorboard: the callbacks' tests write TensorBoard logs (TensorFlow 2.21 does not bring it).
         # jax runs the tests of fit on Keras' JAX backend (tests/test_backends.py; the PyTorch backend
         # has its own environment, see scripts/setup_env.sh).
         "test": ["pytest>=9", "ruff>=0.5", "mypy>=1.10", "hypothesis>=6.100", "absl-py>=1.4", "tensorboard>=2.16",

@@ -20,13 +20,19 @@ import tf_repulsive
 SAMPLER_NAMES = ("uniform", "epoch_shuffle", "vanilla_pds", "easy_pds", "dense_pds", "anneal_pds")
 # The paper's baselines, also accepted by --sampler.
 BASELINE_NAMES = ("kdpp", "fast_kdpp", "active_bias")
-ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES
+# Darts in proportion to each element's feature norm (the gradient norm with --space=gradient),
+# without and with disks.
+IMPORTANCE_NAMES = ("importance", "importance_pds")
+ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES + IMPORTANCE_NAMES
 
 _RADIUS_HELP = "Disk radius: default (half the median distance), auto, or a number."
 
-# --space values: where the disk samplers measure distances (the model's spaces through
-# tf_repulsive.ModelSpace).
-SPACES = ("input", "embedding", "gradient")
+# --space values: where the disk samplers measure distances and the importance samplers read
+# their scores (the model's spaces through tf_repulsive.ModelSpace).
+SPACES = ("input", "embedding", "gradient", "loss")
+_SOURCES = {"embedding": lambda seed: tf_repulsive.EmbeddingFeatures(),
+            "gradient": lambda seed: tf_repulsive.GradientFeatures(seed=seed),
+            "loss": lambda seed: tf_repulsive.LossFeatures()}
 
 
 def parse_radius(text: str) -> float | str | None:
@@ -50,8 +56,14 @@ def radius_setting(default: str = "default", help: str = _RADIUS_HELP) -> Any:
 def space_setting() -> Any:
   """The --space field of a settings dataclass (one of `SPACES`)."""
   return settings.setting(
-      "input", "Where the disks measure distances: the inputs, or the model's embedding or last-layer gradient "
-      "(tf_repulsive.ModelSpace, refreshed every --refresh_every steps).", choices=SPACES)
+      "input", "Where the disks measure distances and the importance samplers read their score (the feature "
+      "norm): the inputs, or the model's embedding, last-layer gradient or loss (tf_repulsive.ModelSpace, "
+      "refreshed every --refresh_every steps).", choices=SPACES)
+
+
+def mixing_setting() -> Any:
+  """The --mixing field of a settings dataclass: the importance samplers' share of uniform darts."""
+  return settings.setting(0.2, "Share of uniform darts of the importance samplers.", greater_than=0.0, maximum=1.0)
 
 
 def refresh_every_setting(default: int) -> Any:
@@ -73,7 +85,7 @@ def model_space(space: str, model: keras.Model, *, refresh_every: int, workdir: 
   """
   if space == "input":
     return None
-  source = tf_repulsive.EmbeddingFeatures() if space == "embedding" else tf_repulsive.GradientFeatures(seed=seed)
+  source = _SOURCES[space](seed)
   # The last two refreshes kept: enough to resume between two of them.
   return tf_repulsive.ModelSpace(model, source, refresh_every=refresh_every, directory=workdir / "refreshes",
                                  keep_last=2, inputs_fn=inputs_fn)
@@ -81,7 +93,7 @@ def model_space(space: str, model: keras.Model, *, refresh_every: int, workdir: 
 
 def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = None,
                  dense_pi: Sequence[float] | None = None,
-                 target_gap_quantile: float | None = None) -> tf_repulsive.Sampler:
+                 target_gap_quantile: float | None = None, mixing: float = 0.2) -> tf_repulsive.Sampler:
   """A new sampler instance for a --sampler name.
 
   Args:
@@ -91,6 +103,7 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = 
     dense_pi: pi of Dense PDS over the K + 1 mingling values; None for uniform.
     target_gap_quantile: for the mingling samplers on regression targets, the quantile of the
       neighbour gaps beyond which a neighbour's target differs; None for class labels.
+    mixing: for the importance samplers, the share of uniform darts.
 
   Returns:
     The sampler.
@@ -112,6 +125,8 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = 
       "kdpp": tf_repulsive.KDPP,
       "fast_kdpp": tf_repulsive.FastKDPP,
       "active_bias": tf_repulsive.ActiveBias,
+      "importance": lambda: tf_repulsive.Importance(mixing=mixing),
+      "importance_pds": lambda: tf_repulsive.ImportancePDS(radius=radius, mixing=mixing),
   }
   if name not in factories:
     raise ValueError(f"--sampler: unknown sampler {name!r}; choose from {', '.join(ALL_SAMPLER_NAMES)}.")

@@ -36,9 +36,11 @@ SAMPLERS = {
     "kdpp": tf_repulsive.KDPP,
     "fast_kdpp": tf_repulsive.FastKDPP,
     "active_bias": tf_repulsive.ActiveBias,
+    "importance": tf_repulsive.Importance,
+    "importance_pds": tf_repulsive.ImportancePDS,
 }
 # Half of the samplers take the fixed start, half the callback-set one: both paths are covered.
-FIXED_START = {"uniform", "easy_pds", "anneal_pds", "fast_kdpp"}
+FIXED_START = {"uniform", "easy_pds", "anneal_pds", "fast_kdpp", "importance"}
 
 PIPELINES = {
     "apply": lambda batches: batches,

@@ -58,7 +58,9 @@ def _reference_batches(sampler, features, labels, steps):
     (tf_repulsive.VanillaPDS(radius="auto"), 3),
     (tf_repulsive.EasyPDS(), 5),
     (tf_repulsive.AnnealPDS(), 4),
-], ids=["vanilla_auto-3", "easy-5", "anneal-4"])
+    (tf_repulsive.Importance(), 3),
+    (tf_repulsive.ImportancePDS(), 4),
+], ids=["vanilla_auto-3", "easy-5", "anneal-4", "importance-3", "importance_pds-4"])
 def test_each_step_is_drawn_on_the_features_of_its_refresh_also_behind_a_prefetch(sampler, refresh_every):
   x, y = _data()
   model = _model()
@@ -85,7 +87,7 @@ def test_each_step_is_drawn_on_the_features_of_its_refresh_also_behind_a_prefetc
       np.testing.assert_array_equal(delivered[step], x[expected[step]], err_msg=f"step {step}")
   # The radius and mingling values the last refresh computed are the batcher's.
   assert batcher.stats().report == pytest.approx(drawer.report)
-  if sampler.radius == "auto":
+  if getattr(sampler, "radius", None) == "auto":
     # Every refresh calibrated its radius through the build's one trace.
     assert batcher.drawer._draws_on_state.experimental_get_tracing_count() == 1  # pylint: disable=protected-access
   if drawer.groups is not None:

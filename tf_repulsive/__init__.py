@@ -18,11 +18,14 @@ from tf_repulsive._contract import Sampler
 from tf_repulsive._contract import SamplingContext
 from tf_repulsive._draw_record import SamplingStats
 from tf_repulsive._epoch_shuffle import EpochShuffle
+from tf_repulsive._importance import Importance
+from tf_repulsive._importance import ImportancePDS
 from tf_repulsive._kdpp import FastKDPP
 from tf_repulsive._kdpp import KDPP
 from tf_repulsive._mingling import mingling_index
 from tf_repulsive._model_features import EmbeddingFeatures
 from tf_repulsive._model_features import GradientFeatures
+from tf_repulsive._model_features import LossFeatures
 from tf_repulsive._model_features import compute_features
 from tf_repulsive._model_space import ModelSpace
 from tf_repulsive._options import BatcherOptions
@@ -55,7 +58,10 @@ __all__ = (
     "FastKDPP",
     "FeatureSource",
     "GradientFeatures",
+    "Importance",
+    "ImportancePDS",
     "KDPP",
+    "LossFeatures",
     "ModelSpace",
     "PointGroups",
     "RepulsiveBatcher",

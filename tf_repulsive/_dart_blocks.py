@@ -140,9 +140,9 @@ class BlockDraws:
     return cdf, last
 
   def _dart_streams(self, draw_key: tf.Tensor) -> list[tuple[tf.Tensor, tf.Tensor]]:
-    """Philox (key, counter) of the draw's dart streams: the points, or (darts by mingling value) values and members."""
+    """Philox (key, counter) of the draw's dart streams: one, or two for darts by mingling value or weight."""
     return [tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.random.experimental.stateless_fold_in(draw_key, stream))
-            for stream in range(1, 2 if self._config.pi is None else 3)]
+            for stream in range(1, 3 if self._config.pi is not None or self._config.weighted_darts else 2)]
 
   def _darts(self, streams: list[tuple[tf.Tensor, tf.Tensor]], start: tf.Tensor, size: tf.Tensor,
              pi_cdf: tuple[tf.Tensor, tf.Tensor] | None) -> tf.Tensor:
@@ -167,6 +167,11 @@ class BlockDraws:
                                                    dtype=dtype)
       return tf.transpose(tf.reshape(flat, [size, steps]))
 
+    if self._config.weighted_darts:
+      # Walker's alias method: a uniform column, kept with its threshold, else its alias.
+      column = draws(0, tf.int32, minval=tf.constant(0), maxval=tf.constant(self._config.num_points))
+      kept = draws(1, tf.float64) < tf.gather(self._state.alias_threshold, column)
+      return tf.where(kept, column, tf.gather(self._state.alias_points, column))
     if pi_cdf is None:
       return draws(0, tf.int32, minval=tf.constant(0), maxval=tf.constant(self._config.num_points))
     # Inverse-CDF sampling of the mingling value, elementwise from the key. (Not

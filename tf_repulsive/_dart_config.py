@@ -42,6 +42,9 @@ class DartPlan:
       batches (`_dart_acceptance.Acceptance`) only then.
     pi_follows_step: whether `pi` changes with the step (Anneal PDS), so that the law of a batch,
       and each point's probability of being in it, does too.
+    point_weights: `[N]` non-negative weights with a positive sum: each dart hits a point with
+      probability proportional to its weight (the importance samplers); None: darts uniform, or
+      by mingling value with `pi`. Not with `pi`.
   """
 
   point_radius: np.ndarray | None
@@ -52,6 +55,11 @@ class DartPlan:
   one_radius: bool = False
   one_disk_radius: bool = False
   pi_follows_step: bool = False
+  point_weights: np.ndarray | None = None
+
+  def __post_init__(self):
+    if self.pi is not None and self.point_weights is not None:
+      raise ValueError("a DartPlan draws its darts by mingling value (`pi`) or by `point_weights`, not both.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +131,8 @@ class DrawConfig:
     steps_per_draw: S, the steps one draw throws darts for side by side.
     pi: the plan's pi over mingling values, or None for darts uniform over all points.
     num_mingling_values: K + 1 (the plan's).
+    weighted_darts: whether darts hit points by their weight (`DartPlan.point_weights`), through
+      the alias table of the state.
     disks: whether the points have disks (the plan has radii).
     one_radius: whether every point has the one radius of the state (`DrawState.uniform_radius`),
       which needs no per-pair minimum.
@@ -147,6 +157,7 @@ class DrawConfig:
   steps_per_draw: int
   pi: MinglingPi | None
   num_mingling_values: int
+  weighted_darts: bool
   disks: bool
   one_radius: bool
   one_disk_radius: bool
@@ -176,7 +187,8 @@ class DrawConfig:
                        if num_points > tuning.fill_by_scores_up_to * batch_size else None)
     return cls(
         num_points=num_points, dim=dim, batch_size=batch_size, steps_per_draw=steps_per_draw, pi=plan.pi,
-        num_mingling_values=plan.num_mingling_values, disks=plan.point_radius is not None, one_radius=one_radius,
+        num_mingling_values=plan.num_mingling_values, weighted_darts=plan.point_weights is not None,
+        disks=plan.point_radius is not None, one_radius=one_radius,
         one_disk_radius=one_disk_radius, distance_cache=distance_cache,
         # The augmented rows cost a copy of each block's gathered rows, O((darts + accepted) d); the
         # norms added after the product cost passes over the matrix, O(darts * accepted): about

@@ -7,6 +7,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _alias
 from tf_repulsive import _progress
 from tf_repulsive._dart_acceptance import Acceptance
 from tf_repulsive._dart_config import DartTuning
@@ -19,12 +20,14 @@ def inclusion_probabilities(config: DrawConfig, state: DrawState, radius_scale: 
                             tuning: DartTuning, verbose: bool) -> np.ndarray:
   """`[N]` each point's probability of being in a batch, from `tuning.inclusion_steps` draws.
 
-  For a thrower with disks or darts by mingling value whose pi does not follow the step.
+  For a thrower with disks, darts by weight, or darts by mingling value whose pi does not follow
+  the step.
   Rao-Blackwellised over each draw's acceptance path, exact in expectation: while j points are
-  accepted, the next dart that survives is a draw from the proposal (uniform, or pi_m / count_m
-  over the points of mingling value m) restricted to the points no accepted disk covers, whatever
-  the darts it took to come; so point i's probability of being accepted j-th, given the path, is
-  q_i / Q_j when it is still free (Q_j: the proposal mass still free) and 0 otherwise. A draw
+  accepted, the next dart that survives is a draw from the proposal (uniform, pi_m / count_m over
+  the points of mingling value m, or the points' weights) restricted to the points no accepted
+  disk covers, whatever the darts it took to come; so point i's probability of being accepted
+  j-th, given the path, is q_i / Q_j when it is still free (Q_j: the proposal mass still free)
+  and 0 otherwise. A draw
   contributes that sum over j for every point, not just an indicator for the k it holds, so
   a few hundred draws estimate every point's probability, also the rarely drawn ones. Points
   the fallback fill supplies are uniform over those not taken: (k − c) / (N − c) each, for a
@@ -49,6 +52,9 @@ def inclusion_probabilities(config: DrawConfig, state: DrawState, radius_scale: 
     values = np.empty(num_points, np.int64)
     values[state.points_by_value.numpy()] = np.repeat(np.arange(len(counts)), counts.astype(np.int64))
     proposal = (pi / np.maximum(counts, 1.0))[values]
+  if config.weighted_darts:
+    assert state.alias_threshold is not None and state.alias_points is not None  # a plan with weights
+    proposal = _alias.masses(state.alias_threshold.numpy(), state.alias_points.numpy())
   acceptance = Acceptance(config, state)
   radius_scale = tf.constant(radius_scale, tf.float32)
   columns = max(1, tuning.inclusion_cells // (steps * k))

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _alias
 from tf_repulsive import _arrays
 from tf_repulsive import _progress
 from tf_repulsive._dart_config import DartPlan
@@ -40,6 +41,8 @@ class DrawState:
     value_counts: `[K + 1]` float64 the points of each mingling value, or None.
     value_offsets: `[K + 1]` int32 where each value's points start in `points_by_value`, or None.
     value_histogram: `[K + 1]` float64 the share of each mingling value, or None.
+    alias_threshold: `[N]` float64 the alias table's thresholds (darts by point weight), or None.
+    alias_points: `[N]` int32 the alias table's aliases, or None.
   """
 
   features: tf.Tensor
@@ -51,6 +54,8 @@ class DrawState:
   value_counts: tf.Tensor | None = None
   value_offsets: tf.Tensor | None = None
   value_histogram: tf.Tensor | None = None
+  alias_threshold: tf.Tensor | None = None
+  alias_points: tf.Tensor | None = None
 
   def arguments(self) -> dict[str, tf.Tensor]:
     """The tensors present, by name, as a trace takes them (the one radius a float32 tensor)."""
@@ -142,6 +147,9 @@ def prepare(features: np.ndarray, plan: DartPlan, tuning: DartTuning, distance_c
         state, points_by_value=tf.constant(order.astype(np.int32)), value_counts=tf.constant(counts.astype(np.float64)),
         value_offsets=tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)),
         value_histogram=tf.constant(counts / counts.sum(), tf.float64))
+  if plan.point_weights is not None:
+    threshold, alias = _alias.alias_table(plan.point_weights)
+    state = dataclasses.replace(state, alias_threshold=tf.constant(threshold), alias_points=tf.constant(alias))
   return state, one_disk_radius
 
 

@@ -148,7 +148,7 @@ class DartThrower(BatchDrawer):
     num_points, k = self._config.num_points, self._config.batch_size
     if self._plan.pi_follows_step:
       return None
-    if self._plan.point_radius is None and self._plan.pi is None:
+    if self._plan.point_radius is None and self._plan.pi is None and self._plan.point_weights is None:
       return np.full(num_points, k / num_points)
     state, radius_scale = self._current()
     return _dart_inclusion.inclusion_probabilities(self._config, state, radius_scale, self.traced_draw(), key,

@@ -3,9 +3,9 @@
 The paper measures distances between inputs; the variance the mini-batch gradient has lives in
 the model's space. `EmbeddingFeatures` takes the penultimate activations (or a named layer's
 output); `GradientFeatures` the per-example gradient of the loss with respect to the last Dense
-layer (BADGE's gradient embedding, DivBS' selection space), exactly when it is small and through a
-fixed seeded random projection otherwise. `compute_features` computes a source's features for a
-whole dataset, in chunks.
+layer (BADGE's gradient embedding, DivBS' selection space), exactly when it is small and through
+a fixed seeded random projection otherwise; `LossFeatures` the per-example loss.
+`compute_features` computes a source's features for a whole dataset, in chunks.
 """
 
 from __future__ import annotations
@@ -142,14 +142,7 @@ class GradientFeatures(_contract.FeatureSource):
 
   def features_fn(self, model: Any) -> Callable[[Any, Any], Any]:
     inputs = _model_inputs(model, "GradientFeatures")
-    last = model.layers[-1]
-    activation = getattr(getattr(last, "activation", None), "__name__", None)
-    if not isinstance(last, keras.layers.Dense) or activation not in _SOFTMAX_OUTPUTS + _SIGMOID_OUTPUTS:
-      raise TypeError(
-          f"GradientFeatures needs a model whose last layer is a Dense layer with a softmax, sigmoid or "
-          f"linear (logits) activation, trained with cross-entropy; {model.name!r} ends with {last!r}"
-          f"{'' if activation is None else f' (activation {activation})'}. Use EmbeddingFeatures, or "
-          "subclass tf_repulsive.FeatureSource.")
+    last, activation = _cross_entropy_output(model, "GradientFeatures")
     if len(last.input.shape) != 2:
       raise TypeError(f"GradientFeatures needs the last Dense layer's input to be [batch, units]; "
                       f"{last.name!r} takes {tuple(last.input.shape)}. Flatten before it, or use EmbeddingFeatures.")
@@ -184,6 +177,55 @@ class GradientFeatures(_contract.FeatureSource):
       return keras.ops.matmul(error, projections[0]) * keras.ops.matmul(activations, projections[1]) * scale
 
     return gradient_embedding
+
+
+def _cross_entropy_output(model: Any, source: str) -> tuple[Any, str]:
+  """The model's last layer and its activation, or a TypeError if it is no cross-entropy output."""
+  if not isinstance(model, keras.Model) or not model.layers:
+    raise TypeError(f"`model` must be a built keras.Model with layers; got {model!r}.")
+  last = model.layers[-1]
+  activation = getattr(getattr(last, "activation", None), "__name__", None)
+  if not isinstance(last, keras.layers.Dense) or activation not in _SOFTMAX_OUTPUTS + _SIGMOID_OUTPUTS:
+    raise TypeError(
+        f"{source} needs a model whose last layer is a Dense layer with a softmax, sigmoid or "
+        f"linear (logits) activation, trained with cross-entropy; {model.name!r} ends with {last!r}"
+        f"{'' if activation is None else f' (activation {activation})'}. Use EmbeddingFeatures, or "
+        "subclass tf_repulsive.FeatureSource.")
+  return last, activation
+
+
+@dataclasses.dataclass(frozen=True)
+class LossFeatures(_contract.FeatureSource):
+  """Each element's cross-entropy loss under the model, as a feature vector of one entry.
+
+  The importance samplers score an element by its feature norm: with this source, by its loss.
+  The loss is categorical cross-entropy for a softmax or logits output (integer class ids as
+  labels), and binary cross-entropy summed over the outputs for a sigmoid one (0/1 targets).
+
+  Example:
+
+  >>> import keras, numpy as np, tf_repulsive
+  >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="softmax")])
+  >>> x, y = np.ones([5, 3], np.float32), np.arange(5) % 4
+  >>> tf_repulsive.compute_features(tf_repulsive.LossFeatures(), model, x, y).shape
+  (5, 1)
+  """
+
+  needs_labels = True
+
+  def features_fn(self, model: Any) -> Callable[[Any, Any], Any]:
+    _, activation = _cross_entropy_output(model, "LossFeatures")
+
+    def loss(chunk, labels):
+      outputs = model(chunk, training=False)
+      if activation in _SIGMOID_OUTPUTS:
+        targets = keras.ops.reshape(keras.ops.cast(labels, outputs.dtype), keras.ops.shape(outputs))
+        per_output = keras.ops.binary_crossentropy(targets[..., None], outputs[..., None])
+        return keras.ops.sum(_flat_rows(per_output), axis=1, keepdims=True)
+      losses = keras.ops.sparse_categorical_crossentropy(labels, outputs, from_logits=activation == "linear")
+      return keras.ops.reshape(losses, [-1, 1])
+
+    return loss
 
 
 def _chunk(values: Any, start: int, stop: int) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Sequence
+from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -19,13 +19,13 @@ from tf_repulsive._contract import Sampler
 from tf_repulsive._contract import SamplingContext
 
 
-def _check_radius(radius: float | str | None) -> None:
+def check_radius(radius: float | str | None) -> None:
   if radius is not None and radius != _radius.AUTO:
     _checks.real(radius, "radius", positive=False,
                  type_hint='a number, "auto" or None (half the median distance)')
 
 
-def _dart_budget(max_darts: int | None, batch_size: int) -> int:
+def dart_budget(max_darts: int | None, batch_size: int) -> int:
   return max(16 * batch_size, 256) if max_darts is None else max_darts
 
 
@@ -40,7 +40,7 @@ class Uniform(Sampler):
 
   def build(self, context: SamplingContext) -> BatchDrawer:
     plan = _dart_throwing.DartPlan(point_radius=None, pi=None, mingling_values=None, num_mingling_values=0,
-                                   max_darts=_dart_budget(None, context.batch_size))
+                                   max_darts=dart_budget(None, context.batch_size))
     return _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
                                       verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
 
@@ -68,6 +68,9 @@ class DiskSampler(Sampler):
       radius = float(self.radius)
     plan = self.plan(batch_size=context.batch_size, radius=radius,
                      mingling_values=None if mingling is None else mingling.values, num_points=num_points)
+    weighted = self._dart_weights(context)
+    if weighted is not None:
+      plan = dataclasses.replace(plan, point_weights=weighted[0])
     thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
                                          verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw,
                                          tuning=self._tuning, traces=self._traces)
@@ -75,7 +78,7 @@ class DiskSampler(Sampler):
       scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.batch_size,
                                          context.verbose)
       thrower = thrower.with_radius_scale(scale)
-    thrower.report = {"radius": radius * thrower.radius_scale}
+    thrower.report = {"radius": radius * thrower.radius_scale, **({} if weighted is None else weighted[1])}
     if mingling is not None:
       thrower.report["mingling_agreement"] = mingling.agreement
       if mingling.target_gap is not None:
@@ -85,6 +88,14 @@ class DiskSampler(Sampler):
     return thrower
 
   def _mingling(self, context: SamplingContext) -> _mingling.MinglingValues | None:
+    del context
+    return None
+
+  def _dart_weights(self, context: SamplingContext) -> tuple[np.ndarray, Mapping[str, float]] | None:
+    """`[N]` each point's dart probability and what the build reports of it.
+
+    None (the default): darts uniform, or by mingling value.
+    """
     del context
     return None
 
@@ -111,14 +122,14 @@ class VanillaPDS(DiskSampler):
   max_darts: int | None = None
 
   def __post_init__(self):
-    _check_radius(self.radius)
+    check_radius(self.radius)
     _checks.count_fields(self, "max_darts")
 
   def plan(self, *, batch_size, radius, mingling_values, num_points):
     del mingling_values
     return _dart_throwing.DartPlan(
         point_radius=np.full([num_points], radius), pi=None, mingling_values=None,
-        num_mingling_values=0, max_darts=_dart_budget(self.max_darts, batch_size), one_radius=True)
+        num_mingling_values=0, max_darts=dart_budget(self.max_darts, batch_size), one_radius=True)
 
 
 class _MinglingPDS(DiskSampler):
@@ -133,7 +144,7 @@ class _MinglingPDS(DiskSampler):
     return "class" if self.target_gap_quantile is None else "target"
 
   def _check_disk_and_mingling(self) -> None:
-    _check_radius(self.radius)
+    check_radius(self.radius)
     _checks.count_fields(self, "neighbors", "max_darts")
     if self.target_gap_quantile is not None:
       object.__setattr__(self, "target_gap_quantile", _mingling.checked_target_gap_quantile(self.target_gap_quantile))
@@ -185,7 +196,7 @@ class EasyPDS(_MinglingPDS):
     del num_points
     return _dart_throwing.DartPlan(
         point_radius=np.where(mingling_values == 0, radius, 0.0), pi=None, mingling_values=None,
-        num_mingling_values=0, max_darts=_dart_budget(self.max_darts, batch_size), one_disk_radius=True)
+        num_mingling_values=0, max_darts=dart_budget(self.max_darts, batch_size), one_disk_radius=True)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -231,7 +242,7 @@ class DensePDS(_MinglingPDS):
     return _dart_throwing.DartPlan(
         point_radius=np.full([num_points], radius), pi=_ConstantPi(self.pi),
         mingling_values=mingling_values, num_mingling_values=self.neighbors + 1,
-        max_darts=_dart_budget(self.max_darts, batch_size), one_radius=True)
+        max_darts=dart_budget(self.max_darts, batch_size), one_radius=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,4 +303,4 @@ class AnnealPDS(_MinglingPDS):
     return _dart_throwing.DartPlan(
         point_radius=np.full([num_points], radius), pi=schedule,
         mingling_values=mingling_values, num_mingling_values=self.neighbors + 1,
-        max_darts=_dart_budget(self.max_darts, batch_size), one_radius=True, pi_follows_step=True)
+        max_darts=dart_budget(self.max_darts, batch_size), one_radius=True, pi_follows_step=True)

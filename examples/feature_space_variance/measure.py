@@ -50,8 +50,8 @@ class Config(measurement.MeasurementConfig):
 
   samplers: tuple[str, ...] = settings.setting(("uniform", "epoch_shuffle", "vanilla_pds", "anneal_pds"),
                                                "Samplers to measure.", choices=common.SAMPLER_NAMES)
-  spaces: tuple[str, ...] = settings.setting(common.SPACES, "Where the disk samplers measure distances.",
-                                                choices=common.SPACES)
+  spaces: tuple[str, ...] = settings.setting(("input", "embedding", "gradient"),
+                                                "Where the disk samplers measure distances.", choices=common.SPACES)
   radius: float | str | None = common.radius_setting("auto")
   projection_dim: int = settings.setting(256, "Dimension of the projected gradient features.", minimum=1)
   num_batches: int = settings.setting(200, "Draws per sampler, space and checkpoint.", minimum=3)

@@ -52,6 +52,7 @@ class Config(settings.Settings):
   radius: float | str | None = common.radius_setting()
   space: str = common.space_setting()
   refresh_every: int = common.refresh_every_setting(100)
+  mixing: float = common.mixing_setting()
   inclusion_weights: bool = settings.setting(
       False, "Weight each element by 1 / its inclusion probability (repulsive_batch(..., inclusion_weights=True)).")
   steps: int = settings.setting(20000, "Training steps.", minimum=1)
@@ -148,7 +149,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   # The train seconds count the batcher's build: its cost is part of training with it.
   started = time.perf_counter()
   sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, radius=config.radius,
-                                dense_pi=config.dense_pi)
+                                dense_pi=config.dense_pi, mixing=config.mixing)
   space = common.model_space(config.space, model, refresh_every=config.refresh_every, workdir=workdir,
                              seed=config.seed)
   batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed, features=space,

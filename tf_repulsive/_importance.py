@@ -1,0 +1,151 @@
+"""Importance samplers: darts in proportion to a score, without disks (`Importance`) or with them (`ImportancePDS`).
+
+The score of an element is the norm of its feature vector. In the model's space that is what
+the features measure: with `GradientFeatures`, the norm of the element's last-layer gradient
+(Katharopoulos and Fleuret's bound on its full gradient norm, 2018); with `LossFeatures`, its
+loss. The darts hit element i with probability
+
+    p_i = (1 - mixing) * s_i / sum(s) + mixing / N,
+
+a mixture with uniform darts ("defensive" importance sampling, Hesterberg 1995). The mixture
+keeps every element reachable, also those whose score is 0 now and may grow later. It also
+bounds each inclusion weight (`repulsive_batch(..., inclusion_weights=True)`) at about
+1 / mixing times uniform sampling's, which bounds the variance those weights add.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tf_repulsive import _checks
+from tf_repulsive import _dart_throwing
+from tf_repulsive._contract import BatchDrawer
+from tf_repulsive._contract import Sampler
+from tf_repulsive._contract import SamplingContext
+from tf_repulsive._samplers import DiskSampler
+from tf_repulsive._samplers import check_radius
+from tf_repulsive._samplers import dart_budget
+
+# Rows whose norms are computed per numpy step: the float64 copy stays small.
+_ROW_BLOCK = 16384
+
+
+def _checked_mixing(mixing: float) -> float:
+  mixing = _checks.real(mixing, "mixing", positive=True, type_hint="a number in (0, 1]")
+  if not 0.0 < mixing <= 1.0:
+    raise ValueError(
+        f"`mixing` must be in (0, 1]: the share of uniform darts, which keeps every element reachable; "
+        f"got {mixing}. Use 1 for uniform sampling.")
+  return mixing
+
+
+def dart_weights(features: np.ndarray, mixing: float) -> np.ndarray:
+  """`[N]` float64 each element's dart probability: its feature norm's share, mixed with uniform.
+
+  Args:
+    features: `[N, d]` the elements' features; the score is each row's Euclidean norm.
+    mixing: the share of uniform darts, in (0, 1].
+  """
+  num_points = features.shape[0]
+  scores = np.empty(num_points)
+  for start in range(0, num_points, _ROW_BLOCK):
+    rows = np.asarray(features[start:start + _ROW_BLOCK], np.float64)
+    scores[start:start + _ROW_BLOCK] = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+  if not np.all(np.isfinite(scores)):
+    raise ValueError("the features hold NaN or infinite values, so their norms give no score; check the features.")
+  total = scores.sum()
+  share = scores / total if total > 0 else np.full(num_points, 1.0 / num_points)
+  return (1.0 - mixing) * share + mixing / num_points
+
+
+def _report(weights: np.ndarray, mixing: float) -> dict[str, float]:
+  """What the build reports: the mixing, and the spread of the dart probabilities over uniform's."""
+  uniform = 1.0 / weights.size
+  return {"mixing": mixing, "max_dart_ratio": float(weights.max() / uniform),
+          "min_dart_ratio": float(weights.min() / uniform)}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Importance(Sampler):
+  """Importance sampling: k distinct elements, darts in proportion to each element's score.
+
+  Darts hit element i with probability p_i (the module's formula: its feature norm's share,
+  mixed with uniform); a dart that repeats an element of the batch is thrown again. That is
+  successive sampling without replacement, the law of Gumbel top-k on log p. Plain means of the
+  batch's losses are then biased towards high scores. `inclusion_weights=True` weights each
+  element by 1 / its probability of being in a batch, which makes them unbiased.
+
+  Use it in the model's space (`ModelSpace`), where the score follows the model: with
+  `GradientFeatures` the darts follow the last-layer gradient norm, with `LossFeatures` the loss.
+  On fixed features the score is the norm of the input.
+
+  Attributes:
+    mixing: the share of uniform darts, in (0, 1]: every element's dart probability is at least
+      mixing / N, and 1 gives uniform sampling.
+    max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+
+  Example:
+
+  >>> import numpy as np, tensorflow as tf, tf_repulsive
+  >>> features = np.array([[3.0]] * 10 + [[0.1]] * 90, np.float32)
+  >>> batcher = tf_repulsive.repulsive_batch(8, tf_repulsive.Importance(mixing=0.1), seed=0, start_step=0)
+  >>> _ = tf.data.Dataset.from_tensor_slices(features).apply(batcher)
+  >>> draws = np.concatenate([batcher.batch_indices(step) for step in range(200)])
+  >>> bool(np.mean(draws < 10) > 0.5)  # 10% of the elements, three quarters of the score
+  True
+  """
+
+  mixing: float = 0.2
+  max_darts: int | None = None
+
+  def __post_init__(self):
+    object.__setattr__(self, "mixing", _checked_mixing(self.mixing))
+    _checks.count_fields(self, "max_darts")
+
+  def build(self, context: SamplingContext) -> BatchDrawer:
+    weights = dart_weights(context.features, self.mixing)
+    plan = _dart_throwing.DartPlan(point_radius=None, pi=None, mingling_values=None, num_mingling_values=0,
+                                   max_darts=dart_budget(self.max_darts, context.batch_size), point_weights=weights)
+    thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
+                                         verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
+    thrower.report = _report(weights, self.mixing)
+    return thrower
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ImportancePDS(DiskSampler):
+  """Poisson disks whose density is set by importance: darts by score, then the disk test.
+
+  The paper's Dense PDS sets where darts land by the mingling value. Here each dart lands on
+  element i with probability p_i, as in `Importance`, and is accepted unless it lies within
+  `radius` of an element already in the batch, as in `VanillaPDS`. So a batch holds many
+  high-score elements, but never two near-duplicates of one. Distances and scores come from the
+  same features: in the model's space, `GradientFeatures` gives both.
+
+  Attributes:
+    radius: disk radius in feature space; None: half the median pairwise distance; "auto": the
+      largest radius at which the darts fill the batch (as `VanillaPDS`).
+    mixing: the share of uniform darts, in (0, 1] (as `Importance`).
+    max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+  """
+
+  radius: float | str | None = "auto"
+  mixing: float = 0.2
+  max_darts: int | None = None
+
+  def __post_init__(self):
+    check_radius(self.radius)
+    object.__setattr__(self, "mixing", _checked_mixing(self.mixing))
+    _checks.count_fields(self, "max_darts")
+
+  def plan(self, *, batch_size, radius, mingling_values, num_points):
+    del mingling_values
+    return _dart_throwing.DartPlan(
+        point_radius=np.full([num_points], radius), pi=None, mingling_values=None, num_mingling_values=0,
+        max_darts=dart_budget(self.max_darts, batch_size), one_radius=True)
+
+  def _dart_weights(self, context: SamplingContext) -> tuple[np.ndarray, dict[str, float]]:
+    weights = dart_weights(context.features, self.mixing)
+    return weights, _report(weights, self.mixing)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import pathlib
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import keras
 import numpy as np
@@ -25,8 +25,9 @@ ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES
 _RADIUS_HELP = "Disk radius: default (half the median distance), auto, or a number."
 
 # --space values: where the disk samplers measure distances (the model's spaces through
-# tf_repulsive.ModelSpace).
-SPACES = ("input", "embedding", "gradient")
+# tf_repulsive.ModelSpace). An importance sampler draws in proportion to the norm of an element's
+# row there: its last-layer gradient norm in "gradient", its loss in "loss".
+SPACES = ("input", "embedding", "gradient", "loss")
 
 
 def parse_radius(text: str) -> float | str | None:
@@ -50,13 +51,27 @@ def radius_setting(default: str = "default", help: str = _RADIUS_HELP) -> Any:
 def space_setting() -> Any:
   """The --space field of a settings dataclass (one of `SPACES`)."""
   return settings.setting(
-      "input", "Where the disks measure distances: the inputs, or the model's embedding or last-layer gradient "
-      "(tf_repulsive.ModelSpace, refreshed every --refresh_every steps).", choices=SPACES)
+      "input", "Where the disks measure distances: the inputs, or the model's embedding, last-layer gradient "
+      "or per-element loss (tf_repulsive.ModelSpace, refreshed every --refresh_every steps).", choices=SPACES)
 
 
 def refresh_every_setting(default: int) -> Any:
   """The --refresh_every field of a settings dataclass: steps between refreshes of a model space."""
   return settings.setting(default, "Steps between refreshes of the embedding or gradient features.", minimum=1)
+
+
+class LossFeatures(tf_repulsive.FeatureSource):
+  """Each element's cross-entropy loss under the model, as a feature of one dimension.
+
+  For a model with logits over integer class labels. The row's norm is the loss, so an importance
+  sampler on these features draws in proportion to the loss.
+  """
+
+  needs_labels = True
+
+  def features_fn(self, model: keras.Model) -> Callable[[Any, Any], Any]:
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    return lambda inputs, labels: keras.ops.expand_dims(loss(labels, model(inputs, training=False)), -1)
 
 
 def model_space(space: str, model: keras.Model, *, refresh_every: int, workdir: pathlib.Path, seed: int,
@@ -73,7 +88,10 @@ def model_space(space: str, model: keras.Model, *, refresh_every: int, workdir: 
   """
   if space == "input":
     return None
-  source = tf_repulsive.EmbeddingFeatures() if space == "embedding" else tf_repulsive.GradientFeatures(seed=seed)
+  sources: dict[str, Callable[[], tf_repulsive.FeatureSource]] = {
+      "embedding": tf_repulsive.EmbeddingFeatures, "gradient": lambda: tf_repulsive.GradientFeatures(seed=seed),
+      "loss": LossFeatures}
+  source = sources[space]()
   # The last two refreshes kept: enough to resume between two of them.
   return tf_repulsive.ModelSpace(model, source, refresh_every=refresh_every, directory=workdir / "refreshes",
                                  keep_last=2, inputs_fn=inputs_fn)
@@ -147,7 +165,8 @@ class PeriodicEvaluation(keras.callbacks.Callback):
   """
 
   def __init__(self, data: tf.data.Dataset, every_steps: int, csv_path: str | pathlib.Path | None,
-               log_dir: str | pathlib.Path | None = None, prefix: str = "test", started: float | None = None):
+               log_dir: str | pathlib.Path | None = None, prefix: str = "test", started: float | None = None,
+               more: Mapping[str, tf.data.Dataset] | None = None):
     """Args:
       data: batched evaluation dataset.
       every_steps: evaluation interval in optimizer steps (also evaluated at the end of training).
@@ -156,13 +175,14 @@ class PeriodicEvaluation(keras.callbacks.Callback):
       prefix: name prefix of the logged metrics.
       started: the `time.perf_counter()` the train seconds count from (say, before the batcher
         is built, to count its build); None: when `fit` starts.
+      more: further batched datasets evaluated at the same steps (e.g. a validation set), by the
+        prefix of their metrics; their time is left out of the train seconds too.
     """
     super().__init__()
-    self._data = data
+    self._data = {prefix: data, **(more or {})}
     self._every = every_steps
     self._csv_path = None if csv_path is None else pathlib.Path(csv_path)
     self._writer = None if log_dir is None else tf.summary.create_file_writer(str(log_dir))
-    self._prefix = prefix
     self._started = started
     self._evaluating_seconds = 0.0
     self.history: list[dict[str, float]] = []
@@ -177,10 +197,11 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     began = time.perf_counter()
     assert self._started is not None  # set when training begins
     train_seconds = began - self._started - self._evaluating_seconds
-    results = self.model.evaluate(self._data, verbose=0, return_dict=True)
+    row = {"step": step, "train_seconds": train_seconds}
+    for prefix, data in self._data.items():
+      results = self.model.evaluate(data, verbose=0, return_dict=True)
+      row.update({f"{prefix}_{name}": float(value) for name, value in results.items()})
     self._evaluating_seconds += time.perf_counter() - began
-    row = {"step": step, "train_seconds": train_seconds,
-           **{f"{self._prefix}_{name}": float(value) for name, value in results.items()}}
     self.history.append(row)
     if self._csv_path is not None:
       self._csv_path.parent.mkdir(parents=True, exist_ok=True)
@@ -208,6 +229,13 @@ class PeriodicEvaluation(keras.callbacks.Callback):
 
   def on_train_end(self, logs=None):
     self._evaluate()
+
+
+def with_errors(row: Mapping[str, float]) -> dict[str, float]:
+  """An evaluation row with "<prefix>_error" = 1 - "<prefix>_accuracy" for each accuracy in it."""
+  errors = {f"{name[:-len('accuracy')]}error": 1.0 - value for name, value in row.items()
+            if name.endswith("_accuracy")}
+  return {**row, **errors}
 
 
 def mean_std(values: Sequence[float] | np.ndarray, ddof: int = 1) -> tuple[float, float]:

@@ -41,8 +41,9 @@ setuptools.setup(
         "gpu": [_tested("tensorflow", "TESTED_TENSORFLOW")],
         # tensorflow-datasets imports importlib_resources but declares it only for Python < 3.9.
         "datasets": ["tensorflow-datasets>=4.9", "importlib_resources"],
-        # The examples' programs take absl flags and generate or split their data with scikit-learn.
-        "examples": ["matplotlib>=3.7", "tensorboard>=2.16", "absl-py>=1.4", "scikit-learn>=1.3"],
+        # The examples' programs take absl flags and generate or split their data with scikit-learn;
+        # mnist1d generates MNIST-1D offline from its templates (examples/mnist_deep, --dataset=mnist1d).
+        "examples": ["matplotlib>=3.7", "tensorboard>=2.16", "absl-py>=1.4", "scikit-learn>=1.3", "mnist1d>=0.0.2"],
         # The test command also lints (ruff) and type-checks the package (mypy); see scripts/test.sh.
         # hypothesis generates the element structures and compositions of tests/test_properties.py;
         # the tests' fixtures use absl flags and scikit-learn datasets, as the examples they run do.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import pathlib
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import keras
 import numpy as np
@@ -162,7 +162,8 @@ class PeriodicEvaluation(keras.callbacks.Callback):
   """
 
   def __init__(self, data: tf.data.Dataset, every_steps: int, csv_path: str | pathlib.Path | None,
-               log_dir: str | pathlib.Path | None = None, prefix: str = "test", started: float | None = None):
+               log_dir: str | pathlib.Path | None = None, prefix: str = "test", started: float | None = None,
+               more: Mapping[str, tf.data.Dataset] | None = None):
     """Args:
       data: batched evaluation dataset.
       every_steps: evaluation interval in optimizer steps (also evaluated at the end of training).
@@ -171,13 +172,14 @@ class PeriodicEvaluation(keras.callbacks.Callback):
       prefix: name prefix of the logged metrics.
       started: the `time.perf_counter()` the train seconds count from (say, before the batcher
         is built, to count its build); None: when `fit` starts.
+      more: further batched datasets evaluated at the same steps (e.g. a validation set), by the
+        prefix of their metrics; their time is left out of the train seconds too.
     """
     super().__init__()
-    self._data = data
+    self._data = {prefix: data, **(more or {})}
     self._every = every_steps
     self._csv_path = None if csv_path is None else pathlib.Path(csv_path)
     self._writer = None if log_dir is None else tf.summary.create_file_writer(str(log_dir))
-    self._prefix = prefix
     self._started = started
     self._evaluating_seconds = 0.0
     self.history: list[dict[str, float]] = []
@@ -192,10 +194,11 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     began = time.perf_counter()
     assert self._started is not None  # set when training begins
     train_seconds = began - self._started - self._evaluating_seconds
-    results = self.model.evaluate(self._data, verbose=0, return_dict=True)
+    row = {"step": step, "train_seconds": train_seconds}
+    for prefix, data in self._data.items():
+      results = self.model.evaluate(data, verbose=0, return_dict=True)
+      row.update({f"{prefix}_{name}": float(value) for name, value in results.items()})
     self._evaluating_seconds += time.perf_counter() - began
-    row = {"step": step, "train_seconds": train_seconds,
-           **{f"{self._prefix}_{name}": float(value) for name, value in results.items()}}
     self.history.append(row)
     if self._csv_path is not None:
       self._csv_path.parent.mkdir(parents=True, exist_ok=True)
@@ -223,6 +226,13 @@ class PeriodicEvaluation(keras.callbacks.Callback):
 
   def on_train_end(self, logs=None):
     self._evaluate()
+
+
+def with_errors(row: Mapping[str, float]) -> dict[str, float]:
+  """An evaluation row with "<prefix>_error" = 1 - "<prefix>_accuracy" for each accuracy in it."""
+  errors = {f"{name[:-len('accuracy')]}error": 1.0 - value for name, value in row.items()
+            if name.endswith("_accuracy")}
+  return {**row, **errors}
 
 
 def mean_std(values: Sequence[float] | np.ndarray, ddof: int = 1) -> tuple[float, float]:

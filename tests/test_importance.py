@@ -201,3 +201,40 @@ def test_loss_features_refuse_a_model_without_a_cross_entropy_output():
   model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu")])
   with pytest.raises(TypeError, match="LossFeatures needs a model whose last layer"):
     tf_repulsive.compute_features(tf_repulsive.LossFeatures(), model, np.ones([2, 3], np.float32), np.zeros(2, int))
+
+
+def test_marginals_draw_each_element_as_often_as_the_disks_with_no_repulsion():
+  rng = np.random.default_rng(0)
+  x = np.concatenate([rng.normal(size=[300, 2]) * 0.3, rng.normal(size=[100, 2]) * 3]).astype(np.float32)
+  y = np.zeros(400, np.int64)
+  disks = tf_repulsive.VanillaPDS(radius=0.75)
+  options = tf_repulsive.BatcherOptions(verbose=False)
+  reference = tf_repulsive.repulsive_batch(10, disks, seed=1, start_step=0, inclusion_weights=True, options=options)
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(reference)
+  marginals = tf_repulsive.repulsive_batch(10, tf_repulsive.Marginals(disks), seed=1, start_step=0, options=options)
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(marginals)
+  per_draw = marginals.drawer.steps_per_draw
+  batches = np.concatenate([marginals._built.draw_once(tf.constant(first, tf.int64))[0].numpy()  # pylint: disable=protected-access
+                            for first in range(0, 8000, per_draw)])
+  frequencies = np.bincount(batches.ravel(), minlength=400) / len(batches)
+  probabilities = reference.inclusion_probabilities
+  # The dense cluster is drawn far less than uniform under the disks, and as little here.
+  assert probabilities[:300].mean() < 0.5 * 10 / 400
+  np.testing.assert_allclose(frequencies[:300].mean(), probabilities[:300].mean(), rtol=0.03)
+  np.testing.assert_allclose(frequencies[300:].mean(), probabilities[300:].mean(), rtol=0.03)
+  assert np.corrcoef(frequencies, probabilities)[0, 1] > 0.98
+  # No repulsion: pairs closer than the radius occur, which the disks never give.
+  def close_pairs(batch):
+    distances = np.linalg.norm(x[batch][:, None] - x[batch][None], axis=-1)
+    return np.sum(np.triu(distances < 0.75, 1))
+  assert sum(close_pairs(batch) for batch in batches[:200]) > 20
+  assert sum(close_pairs(reference.batch_indices(step)) for step in range(20)) == 0
+
+
+def test_marginals_refuse_a_sampler_without_inclusion_probabilities():
+  batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.Marginals(tf_repulsive.AnnealPDS()), seed=0, start_step=0)
+  x, y = np.random.default_rng(0).normal(size=[60, 2]).astype(np.float32), np.arange(60) % 3
+  with pytest.raises(ValueError, match="Marginals needs each element's probability"):
+    tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  with pytest.raises(TypeError, match="`sampler` must be a tf_repulsive.Sampler"):
+    tf_repulsive.Marginals("vanilla_pds")

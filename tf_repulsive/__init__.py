@@ -20,6 +20,7 @@ from tf_repulsive._draw_record import SamplingStats
 from tf_repulsive._epoch_shuffle import EpochShuffle
 from tf_repulsive._importance import Importance
 from tf_repulsive._importance import ImportancePDS
+from tf_repulsive._importance import Marginals
 from tf_repulsive._kdpp import FastKDPP
 from tf_repulsive._kdpp import KDPP
 from tf_repulsive._mingling import mingling_index
@@ -62,6 +63,7 @@ __all__ = (
     "ImportancePDS",
     "KDPP",
     "LossFeatures",
+    "Marginals",
     "ModelSpace",
     "PointGroups",
     "RepulsiveBatcher",

@@ -1,5 +1,8 @@
 """Importance samplers: darts in proportion to a score, without disks (`Importance`) or with them (`ImportancePDS`).
 
+`Marginals` draws with the same machinery in proportion to another sampler's inclusion
+probabilities: the disks' skew without their repulsion.
+
 The score of an element is the norm of its feature vector. In the model's space that is what
 the features measure: with `GradientFeatures`, the norm of the element's last-layer gradient
 (Katharopoulos and Fleuret's bound on its full gradient norm, 2018); with `LossFeatures`, its
@@ -18,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import tensorflow as tf
 
 from tf_repulsive import _checks
 from tf_repulsive import _dart_throwing
@@ -149,3 +153,63 @@ class ImportancePDS(DiskSampler):
   def _dart_weights(self, context: SamplingContext) -> tuple[np.ndarray, dict[str, float]]:
     weights = dart_weights(context.features, self.mixing)
     return weights, _report(weights, self.mixing)
+
+
+# The key of the inner sampler's inclusion estimate: a property of the data, like the radius.
+_MARGINALS_KEY = (20180529, 0x3A6)
+# Inclusion probabilities are kept below 1 by this much, so that their weights stay finite.
+_MAX_INCLUSION = 1.0 - 1e-6
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Marginals(Sampler):
+  """The marginals of another sampler without its repulsion: a control for the disks.
+
+  Estimates each element's probability pi_i of being in a batch of `sampler` (as
+  `inclusion_weights=True` does), then draws k distinct elements by darts in proportion to
+  w_i = −log(1 − pi_i). For such darts an element's probability of being in the batch is close
+  to 1 − exp(−w_i t), with t set by the batch size (Rosén, 1997); here t = 1 and that is pi_i.
+  So each element comes about as often as under `sampler`, but the elements of a batch do not
+  repel: what the disks add beyond their skew shows as the difference between the two.
+
+  Attributes:
+    sampler: a sampler whose drawer gives its inclusion probabilities (Uniform, Vanilla, Easy or
+      Dense PDS, `Importance`, `ImportancePDS`).
+    max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+  """
+
+  sampler: Sampler
+  max_darts: int | None = None
+
+  def __post_init__(self):
+    if not isinstance(self.sampler, Sampler):
+      raise TypeError(f"`sampler` must be a tf_repulsive.Sampler, such as VanillaPDS(); got {self.sampler!r}.")
+    _checks.count_fields(self, "max_darts")
+
+  @property
+  def needs_labels(self) -> bool:  # type: ignore[override]
+    return self.sampler.needs_labels
+
+  @property
+  def label_kind(self) -> str:  # type: ignore[override]
+    return self.sampler.label_kind
+
+  def build(self, context: SamplingContext) -> BatchDrawer:
+    inner = self.sampler.build(context)
+    probabilities = inner.inclusion_probabilities(tf.constant(_MARGINALS_KEY, tf.int64), context.verbose)
+    if probabilities is None:
+      raise ValueError(
+          f"Marginals needs each element's probability of being in a batch of {type(self.sampler).__name__}, "
+          "which its drawer does not give (inclusion_probabilities() is None); use Uniform, VanillaPDS, "
+          "EasyPDS, DensePDS, Importance or ImportancePDS.")
+    weights = -np.log1p(-np.clip(np.asarray(probabilities, np.float64), 0.0, _MAX_INCLUSION))
+    if not weights.sum() > 0:
+      raise ValueError(f"{type(self.sampler).__name__} gave no element a positive inclusion probability.")
+    plan = _dart_throwing.DartPlan(point_radius=None, pi=None, mingling_values=None, num_mingling_values=0,
+                                   max_darts=dart_budget(self.max_darts, context.batch_size), point_weights=weights)
+    thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
+                                         verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
+    thrower.report = {**inner.report, "max_inclusion": float(np.max(probabilities)),
+                      "min_inclusion": float(np.min(probabilities))}
+    thrower.groups = inner.groups
+    return thrower

@@ -31,7 +31,8 @@ def inclusion_probabilities(config: DrawConfig, state: DrawState, radius_scale: 
   contributes that sum over j for every point, not just an indicator for the k it holds, so
   a few hundred draws estimate every point's probability, also the rarely drawn ones. Points
   the fallback fill supplies are uniform over those not taken: (k − c) / (N − c) each, for a
-  batch whose darts gave c. Cost: O(steps · k · N · d), one-time.
+  batch whose darts gave c. Cost: O(steps · k · N · d) with disks, O(steps · (N + k)) without,
+  one-time.
 
   Args:
     config: the thrower's configuration.
@@ -70,16 +71,27 @@ def inclusion_probabilities(config: DrawConfig, state: DrawState, radius_scale: 
       firsts.append(tf.reduce_min(tf.where(hits, order, k), axis=1))
     return tf.minimum(tf.concat(firsts, axis=1), accepted[:, None])
 
-  # One trace for all draws; the [S, k, columns] conflicts never leave the function.
-  covered_from = tf.function(covered_from, autograph=False, input_signature=(
-      tf.TensorSpec([steps, k], tf.int32), tf.TensorSpec([steps], tf.int32)))
+  def taken_at(rows: tf.Tensor, accepted: tf.Tensor) -> np.ndarray:
+    """`covered_from` without disks: a point is covered from where it was accepted, O(S (N + k))."""
+    rows, accepted = rows.numpy(), accepted.numpy()
+    covered = np.repeat(accepted[:, None], num_points, axis=1)
+    step, position = np.nonzero(np.arange(k)[None, :] < accepted[:, None])
+    covered[step, rows[step, position]] = position
+    return covered
+
+  if config.disks:
+    # One trace for all draws; the [S, k, columns] conflicts never leave the function.
+    covered_from = tf.function(covered_from, autograph=False, input_signature=(
+        tf.TensorSpec([steps, k], tf.int32), tf.TensorSpec([steps], tf.int32)))
+  else:
+    covered_from = taken_at
   total = np.zeros(num_points)
   num_draws = -(-tuning.inclusion_steps // steps)
   with _progress.bar("estimating inclusion probabilities", num_draws, verbose) as progress:
     for first_step in range(0, num_draws * steps, steps):
       indices, fallback = draw(key, tf.constant(first_step, tf.int64))
       accepted = k - fallback
-      covered = covered_from(indices, accepted).numpy()
+      covered = np.asarray(covered_from(indices, accepted))
       accepted, indices = accepted.numpy(), indices.numpy()
       for step in range(steps):
         total += _path_inclusion(covered[step], int(accepted[step]), indices[step], proposal, k)

@@ -28,8 +28,10 @@ ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES + IMPORTANCE_NAMES
 _RADIUS_HELP = "Disk radius: default (half the median distance), auto, or a number."
 
 # --space values: where the disk samplers measure distances and the importance samplers read
-# their scores (the model's spaces through tf_repulsive.ModelSpace).
-SPACES = ("input", "embedding", "gradient", "loss")
+# their scores (the model's spaces through tf_repulsive.ModelSpace). A "_step" space takes the
+# features of the trained elements from each training step, and refreshes without a pass over
+# the data (ModelSpace(from_training_step=True)).
+SPACES = ("input", "embedding", "gradient", "loss", "gradient_step", "loss_step")
 _SOURCES = {"embedding": lambda seed: tf_repulsive.EmbeddingFeatures(),
             "gradient": lambda seed: tf_repulsive.GradientFeatures(seed=seed),
             "loss": lambda seed: tf_repulsive.LossFeatures()}
@@ -58,7 +60,8 @@ def space_setting() -> Any:
   return settings.setting(
       "input", "Where the disks measure distances and the importance samplers read their score (the feature "
       "norm): the inputs, or the model's embedding, last-layer gradient or loss (tf_repulsive.ModelSpace, "
-      "refreshed every --refresh_every steps).", choices=SPACES)
+      "refreshed every --refresh_every steps); gradient_step and loss_step take them from each training step.",
+      choices=SPACES)
 
 
 def mixing_setting() -> Any:
@@ -85,10 +88,11 @@ def model_space(space: str, model: keras.Model, *, refresh_every: int, workdir: 
   """
   if space == "input":
     return None
-  source = _SOURCES[space](seed)
+  from_training_step = space.endswith("_step")
+  source = _SOURCES[space.removesuffix("_step")](seed)
   # The last two refreshes kept: enough to resume between two of them.
   return tf_repulsive.ModelSpace(model, source, refresh_every=refresh_every, directory=workdir / "refreshes",
-                                 keep_last=2, inputs_fn=inputs_fn)
+                                 keep_last=2, inputs_fn=inputs_fn, from_training_step=from_training_step)
 
 
 def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = None,

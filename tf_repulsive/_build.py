@@ -26,6 +26,7 @@ from tf_repulsive import _model_space
 from tf_repulsive import _options
 from tf_repulsive import _reading
 from tf_repulsive import _refresh
+from tf_repulsive import _training_features
 
 # The most steps one draw may cover; a `ModelSpace` stream draws one step at a time.
 _MOST_STEPS_PER_DRAW = 16
@@ -100,6 +101,13 @@ class Built:
       self.refresher.check_installed(step)
     return self.draw_of(step)
 
+  def training_features(self) -> _training_features.TrainingFeatures:
+    """The refresher's table of features from the training step, or a ValueError saying it has none."""
+    if self.refresher is None or self.refresher.training is None:
+      raise ValueError("this batcher takes no features from the training step: use "
+                       "features=tf_repulsive.ModelSpace(..., from_training_step=True).")
+    return self.refresher.training
+
   def install(self, features: np.ndarray, from_build: bool) -> None:
     """Hands the stream's drawer the state of a drawer built on refreshed `features`."""
     drawer = build_drawer(self.config, features, self.labels, previous=self.drawer)
@@ -136,6 +144,12 @@ def build(config: Config, dataset: tf.data.Dataset) -> Built:
     build_features = _model_space.compute(space, data.elements)
     drawer = _refresh.refuse_unrefreshable(sampler, build_drawer(config, build_features, data.labels))
     built = Built(config, drawer, data, _refresh.FeatureRefresher(space, data.elements, build_features))
+    if space.from_training_step:
+      assert built.refresher is not None
+      _, source_labels = _model_space.model_inputs(data.elements, space.source)
+      built.refresher.training = _training_features.TrainingFeatures(
+          space, build_features, None if source_labels is None else np.asarray(source_labels), config.batch_size,
+          indices_of=lambda step: built.draw_once(step)[0][0])
   # Traces the draw (the stream copies that trace in) and checks the fill at step 0.
   _warn_if_first_batch_needs_the_fill(built)
   return built

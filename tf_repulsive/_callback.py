@@ -170,6 +170,11 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "the batcher's ModelSpace computes its features from another model than the one fit trains: "
           "give the ModelSpace the model whose fit this callback runs in.")
     steps_per_execution = int(getattr(self.model, "steps_per_execution", 1) or 1)
+    replicas = self.model.distribute_strategy.num_replicas_in_sync
+    if space.from_training_step and (steps_per_execution > 1 or replicas > 1):
+      raise ValueError(
+          "ModelSpace(from_training_step=True) reads each step's forward pass after the step: it needs "
+          "steps_per_execution=1 and one replica. Use from_training_step=False here.")
     if space.refresh_every % steps_per_execution or self.params["steps"] % steps_per_execution:
       raise ValueError(
           f"the model runs steps_per_execution={steps_per_execution} steps between callbacks, and "
@@ -240,6 +245,8 @@ class BatchStreamCallback(keras.callbacks.Callback):
   def on_train_batch_end(self, batch, logs=None):
     space = self._batcher.model_space
     next_step = self._epoch_start + batch + 1
+    if space is not None and space.from_training_step and self._epochs_begun:
+      self._batcher.training_features.record(next_step - 1)
     due = space is not None and self._epochs_begun and next_step % space.refresh_every == 0
     if due and next_step != self._fit_end:
       # The stream waits at the next step for the features of the model as it is now.

@@ -258,3 +258,18 @@ class FeatureSource:
       the model takes), `labels` the chunk's `[n]` labels (None unless `needs_labels`).
     """
     raise NotImplementedError
+
+  def last_layer_fn(self, model: Any) -> Callable[[Any, Any, Any], Any] | None:
+    """The features from what the model's last layer takes and gives, or None (the default).
+
+    What `ModelSpace(..., from_training_step=True)` needs: the training step's own forward pass
+    gives, for the k elements it trains on, the input h of the model's last layer and that
+    layer's output (after its activation). A source whose features follow from those returns a
+    function `(h, outputs, labels) -> [n, d]` features, equal to what `features_fn` computes
+    when both see the same h. None: the source needs more, and such a space is refused.
+
+    Args:
+      model: the Keras model, built.
+    """
+    del model
+    return None

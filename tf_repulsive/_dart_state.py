@@ -30,8 +30,10 @@ class DrawState:
   A refreshable thrower holds them in variables, by the names of `arguments`.
 
   Attributes:
-    features: `[N, d]` float32 features, centred and scaled when their offset or norms call for it.
-    shrunk_sq_norms: `[N]` float32 squared norms of `features`, shrunk by the float32 error bound.
+    features: `[N, d]` float32 features, centred and scaled when their offset or norms call for it;
+      `[0, 0]` without disks.
+    shrunk_sq_norms: `[N]` float32 squared norms of `features`, shrunk by the float32 error bound;
+      `[0]` without disks.
     point_radius: `[N]` float32 disk radius of every point (in the scale of `features`), or None
       for no disks.
     uniform_radius: the radius every point has, or None: a Python float as prepared, a float32
@@ -87,6 +89,10 @@ def prepare(features: np.ndarray, plan: DartPlan, tuning: DartTuning, distance_c
     ValueError: if the plan has `pi` and no `mingling_values`.
   """
   num_points, dim = features.shape
+  if plan.point_radius is None:
+    # Without disks no distance is measured: the state holds no features (a refresh then copies
+    # none, and the stream ships none).
+    return _with_dart_tables(DrawState(features=tf.zeros([0, 0]), shrunk_sq_norms=tf.zeros([0])), plan), False
   blocks = [slice(start, start + tuning.center_row_block) for start in range(0, num_points, tuning.center_row_block)]
   mean = np.add.reduce(features, axis=0, dtype=np.float64) / max(num_points, 1)
   sq_norms = np.empty(num_points, np.float64)
@@ -138,6 +144,11 @@ def prepare(features: np.ndarray, plan: DartPlan, tuning: DartTuning, distance_c
         uniform_radius=float(radius[0]) if np.all(radius == radius[0]) else None)
     if 4 * num_points * num_points <= distance_cache_bytes:
       state = dataclasses.replace(state, sq_distances=_pairwise_sq_distances(state, tuning.cache_row_block, verbose))
+  return _with_dart_tables(state, plan), one_disk_radius
+
+
+def _with_dart_tables(state: DrawState, plan: DartPlan) -> DrawState:
+  """`state` with the tables the darts are drawn from: by mingling value, or by weight."""
   if plan.pi is not None:
     if plan.mingling_values is None:
       raise ValueError("a DartPlan with `pi` needs the `mingling_values` of the points.")
@@ -150,7 +161,7 @@ def prepare(features: np.ndarray, plan: DartPlan, tuning: DartTuning, distance_c
   if plan.point_weights is not None:
     threshold, alias = _alias.alias_table(plan.point_weights)
     state = dataclasses.replace(state, alias_threshold=tf.constant(threshold), alias_points=tf.constant(alias))
-  return state, one_disk_radius
+  return state
 
 
 def _pairwise_sq_distances(state: DrawState, row_block: int, verbose: bool) -> tf.Tensor:

@@ -78,6 +78,14 @@ def check_mappable(element_spec: Any) -> None:
           "build without data_dir.")
 
 
+def check_seen_by_workers(files: DataFiles | None, service: str, timeout: float, contents: bool) -> int:
+  """`DataFiles.check_seen_by_workers` of a batcher's files, or a ValueError for a batcher without."""
+  if files is None:
+    raise ValueError("check_data_files checks the files of a batcher built with a data_dir; this one holds its "
+                     "arrays in the stream's graph, which tf.data service ships to the workers.")
+  return files.check_seen_by_workers(service, timeout, contents)
+
+
 def _read_with_timeout(shipped: tf.data.Dataset, service: str, timeout: float) -> list[np.ndarray]:
   """The elements of `shipped`, read within `timeout` seconds: each worker's answer."""
   answers: list[np.ndarray] = []

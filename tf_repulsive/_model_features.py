@@ -94,6 +94,10 @@ class EmbeddingFeatures(_contract.FeatureSource):
     embedding = keras.Model(inputs, embedded)
     return lambda chunk, labels: _flat_rows(embedding(chunk, training=False))
 
+  def last_layer_fn(self, model: Any) -> Callable[[Any, Any, Any], Any] | None:
+    # The last layer's input is the default embedding; another layer's output is not at hand.
+    return None if self.layer is not None else lambda activations, outputs, labels: _flat_rows(activations)
+
 
 @dataclasses.dataclass(frozen=True)
 class GradientFeatures(_contract.FeatureSource):
@@ -140,7 +144,8 @@ class GradientFeatures(_contract.FeatureSource):
     object.__setattr__(self, "projection_dim", _checks.integer(self.projection_dim, "projection_dim", 1))
     object.__setattr__(self, "seed", _checks.integer(self.seed, "seed", 0))
 
-  def features_fn(self, model: Any) -> Callable[[Any, Any], Any]:
+  def features_fn(self, model: Any, for_last_layer: bool = False) -> Callable[..., Any]:
+    """The features of chunks of inputs; with `for_last_layer`, `last_layer_fn`'s function."""
     inputs = _model_inputs(model, "GradientFeatures")
     last, activation = _cross_entropy_output(model, "GradientFeatures")
     if len(last.input.shape) != 2:
@@ -158,25 +163,38 @@ class GradientFeatures(_contract.FeatureSource):
                      rng.standard_normal([hidden, self.projection_dim]).astype(np.float32))
     scale = 1.0 / math.sqrt(self.projection_dim)
 
+    def gradient(activations, probabilities, labels):
+      """The features of the outer product h ⊗ (p − t), from h (without the 1) and p."""
+      if bias is not None:
+        activations = keras.ops.concatenate([activations, keras.ops.ones_like(activations[:, :1])], axis=1)
+      if sigmoid:
+        targets = keras.ops.reshape(keras.ops.cast(labels, probabilities.dtype),
+                                    [keras.ops.shape(probabilities)[0], -1])
+        error = probabilities - targets
+      else:
+        if not keras.backend.standardize_dtype(labels.dtype).startswith(("int", "uint")):
+          raise TypeError(f"GradientFeatures needs integer class ids as labels for {last.name!r}'s "
+                          f"{activation} output; got dtype {labels.dtype}.")
+        error = probabilities - keras.ops.one_hot(labels, outputs, dtype=probabilities.dtype)
+      if projections is None:
+        return _flat_rows(error[:, :, None] * activations[:, None, :])
+      return keras.ops.matmul(error, projections[0]) * keras.ops.matmul(activations, projections[1]) * scale
+
     def gradient_embedding(chunk, labels):
       activations = embedding(chunk, training=False)
       logits = keras.ops.matmul(activations, kernel)
       if bias is not None:
         logits = logits + bias
-        activations = keras.ops.concatenate([activations, keras.ops.ones_like(activations[:, :1])], axis=1)
-      if sigmoid:
-        targets = keras.ops.reshape(keras.ops.cast(labels, logits.dtype), [keras.ops.shape(logits)[0], -1])
-        error = keras.ops.sigmoid(logits) - targets
-      else:
-        if not keras.backend.standardize_dtype(labels.dtype).startswith(("int", "uint")):
-          raise TypeError(f"GradientFeatures needs integer class ids as labels for {last.name!r}'s "
-                          f"{activation} output; got dtype {labels.dtype}.")
-        error = keras.ops.softmax(logits) - keras.ops.one_hot(labels, outputs, dtype=logits.dtype)
-      if projections is None:
-        return _flat_rows(error[:, :, None] * activations[:, None, :])
-      return keras.ops.matmul(error, projections[0]) * keras.ops.matmul(activations, projections[1]) * scale
+      return gradient(activations, keras.ops.sigmoid(logits) if sigmoid else keras.ops.softmax(logits), labels)
 
+    if for_last_layer:
+      # The layer's output is p already, except for logits.
+      return lambda activations, layer_outputs, labels: gradient(
+          activations, keras.ops.softmax(layer_outputs) if activation == "linear" else layer_outputs, labels)
     return gradient_embedding
+
+  def last_layer_fn(self, model: Any) -> Callable[[Any, Any, Any], Any] | None:
+    return self.features_fn(model, for_last_layer=True)
 
 
 def _cross_entropy_output(model: Any, source: str) -> tuple[Any, str]:
@@ -214,10 +232,14 @@ class LossFeatures(_contract.FeatureSource):
   needs_labels = True
 
   def features_fn(self, model: Any) -> Callable[[Any, Any], Any]:
+    loss = self.last_layer_fn(model)
+    return lambda chunk, labels: loss(None, model(chunk, training=False), labels)
+
+  def last_layer_fn(self, model: Any) -> Callable[[Any, Any, Any], Any]:
     _, activation = _cross_entropy_output(model, "LossFeatures")
 
-    def loss(chunk, labels):
-      outputs = model(chunk, training=False)
+    def loss(activations, outputs, labels):
+      del activations
       if activation in _SIGMOID_OUTPUTS:
         targets = keras.ops.reshape(keras.ops.cast(labels, outputs.dtype), keras.ops.shape(outputs))
         per_output = keras.ops.binary_crossentropy(targets[..., None], outputs[..., None])

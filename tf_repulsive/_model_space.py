@@ -77,6 +77,13 @@ class ModelSpace:
       featurises its batches after the batcher: audio the model takes as spectrograms, image
       files it takes decoded), a function of a chunk of the elements' `x` to the model's inputs:
       the deterministic part of that mapping, without augmentation. None: `x` as it is.
+    from_training_step: take the features of the k elements each step trains on from that
+      step's own forward pass, and refresh from the table they update, without a pass over the
+      data (TensorFlow backend; see "Features from the training step" in the guide). False:
+      every refresh computes the features of all N.
+    full_refresh_every: with `from_training_step`, the steps between refreshes that compute
+      the features of all N again (a multiple of `refresh_every`); None: only the first refresh,
+      at step 0, does.
 
   Example (a custom loop; in `fit` the callbacks call `refresh_features`):
 
@@ -105,6 +112,8 @@ class ModelSpace:
   chunk_size: int = 512
   verbose: bool = True
   inputs_fn: Callable[[Any], Any] | None = None
+  from_training_step: bool = False
+  full_refresh_every: int | None = None
 
   def __post_init__(self):
     if not isinstance(self.model, keras.Model):
@@ -124,6 +133,27 @@ class ModelSpace:
       raise TypeError(f"`directory` must be a path or None; got {self.directory!r}.")
     if not isinstance(self.verbose, bool):
       raise TypeError(f"`verbose` must be True or False; got {self.verbose!r}.")
+    if not isinstance(self.from_training_step, bool):
+      raise TypeError(f"`from_training_step` must be True or False; got {self.from_training_step!r}.")
+    if self.full_refresh_every is not None:
+      if not self.from_training_step:
+        raise ValueError("`full_refresh_every` sets the full refreshes between refreshes from the training "
+                         "step: pass from_training_step=True, or leave it None (every refresh is full).")
+      _checks.integer(self.full_refresh_every, "full_refresh_every", 1)
+      if self.full_refresh_every % self.refresh_every:
+        raise ValueError(f"`full_refresh_every` = {self.full_refresh_every} must be a multiple of refresh_every = "
+                         f"{self.refresh_every}: a full refresh replaces a refresh.")
+    if self.from_training_step and keras.backend.backend() != "tensorflow":
+      raise ValueError(
+          f"from_training_step=True reads the training step's forward pass through a tap on the model's last "
+          f"layer, which needs the TensorFlow backend; this is {keras.backend.backend()!r}. Use "
+          "from_training_step=False (every refresh computes all features).")
+
+  def is_full_refresh(self, refresh: int) -> bool:
+    """Whether `refresh` computes the features of all N (not from the training step's table)."""
+    if not self.from_training_step or refresh == 0:
+      return True
+    return self.full_refresh_every is not None and (refresh * self.refresh_every) % self.full_refresh_every == 0
 
 
 

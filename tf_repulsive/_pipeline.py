@@ -21,6 +21,7 @@ import tensorflow as tf
 from tf_repulsive import _build
 from tf_repulsive import _checks
 from tf_repulsive import _contract
+from tf_repulsive import _data_files
 from tf_repulsive import _dataset_graph
 from tf_repulsive import _draw_record
 from tf_repulsive import _drawers
@@ -29,6 +30,7 @@ from tf_repulsive import _options
 from tf_repulsive import _stream
 from tf_repulsive import _stream_ops
 from tf_repulsive import _stream_start
+from tf_repulsive import _training_features
 
 _KEY_SALT = 0x5EED
 
@@ -158,6 +160,11 @@ class RepulsiveBatcher:
     return self._config.space
 
   @property
+  def training_features(self) -> _training_features.TrainingFeatures:
+    """The table of features from the training step (`ModelSpace(from_training_step=True)`): state to checkpoint."""
+    return self._require_built().training_features()
+
+  @property
   def per_replica_slices(self) -> bool:
     """Whether the stream holds replicas' slices (`per_replica`) rather than whole global batches."""
     return self._per_replica_slices
@@ -172,19 +179,11 @@ class RepulsiveBatcher:
     """Checks, before the stream is shipped, that every tf.data service worker sees `data_files` whole.
 
     Returns the number of workers that answered. Raises a ValueError that names the files a
-    worker does not see, sees at another length, or (with `contents`) with other bytes; a
-    TimeoutError without an answer within `timeout` seconds.
-
-    Args:
-      service: the dispatcher's address, as `tf.data.experimental.service.distribute` takes it.
-      timeout: seconds to wait for the workers' answers.
-      contents: each worker compares every byte of its files with the build's, instead of their lengths.
+    worker does not see, sees at another length, or (with `contents`: every byte compared with
+    the build's) with other bytes; a TimeoutError without an answer within `timeout` seconds.
+    `service` is the dispatcher's address, as `tf.data.experimental.service.distribute` takes it.
     """
-    files = self._require_built().files
-    if files is None:
-      raise ValueError("check_data_files checks the files of a batcher built with a data_dir; this one holds its "
-                       "arrays in the stream's graph, which tf.data service ships to the workers.")
-    return files.check_seen_by_workers(service, timeout, contents)
+    return _data_files.check_seen_by_workers(self._require_built().files, service, timeout, contents)
 
   @property
   def inclusion_probabilities(self) -> np.ndarray | None:
@@ -199,8 +198,9 @@ class RepulsiveBatcher:
     """Installs the features in force at optimizer step `step`; returns the seconds it took (`ModelSpace` batchers).
 
     The callbacks call this in `fit`. A custom loop calls it before it takes the batch of each
-    step: a no-op except at a refresh. At a refresh's own step the features come from the model
-    as it is now; between two refreshes (a resumed run), from the ModelSpace's `directory`.
+    step: a no-op except at a refresh (and, with `from_training_step`, the record of the step
+    before). At a refresh's own step the features come from the model as it is now; between
+    two refreshes (a resumed run), from the ModelSpace's `directory`.
 
     Raises:
       ValueError: for a batcher without a ModelSpace, or a step between two refreshes whose

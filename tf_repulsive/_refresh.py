@@ -1,5 +1,8 @@
 """The refreshes of a `ModelSpace` batcher: which features the drawer holds, and installing the next ones.
 
+With `from_training_step`, a refresh takes the table the training steps updated
+(`_training_features`) instead of a pass over the data, except for full refreshes.
+
 Refresh r holds the features of the model after r * refresh_every optimizer steps. The stream
 draws step n on refresh n // refresh_every and waits for it (`wait`); `refresh` installs it. The
 version variable is written last, so a draw that waits reads the drawer's new state once it sees
@@ -16,6 +19,7 @@ import tensorflow as tf
 
 from tf_repulsive import _contract
 from tf_repulsive import _model_space
+from tf_repulsive import _training_features
 
 
 class FeatureRefresher:
@@ -30,6 +34,8 @@ class FeatureRefresher:
   def __init__(self, space: _model_space.ModelSpace, elements: Any, build_features: np.ndarray):
     self.space = space
     self._elements = elements
+    # The table of features from the training step (`ModelSpace.from_training_step`), set by the build.
+    self.training: _training_features.TrainingFeatures | None = None
     with tf.device("CPU:0"):
       self._version = tf.Variable(_model_space.NO_REFRESH, dtype=tf.int64, trainable=False)
     # Refreshes installed in this process, and the seconds they took.
@@ -48,10 +54,13 @@ class FeatureRefresher:
     """
     space = self.space
     refresh = step // space.refresh_every
+    at_refresh_step = step % space.refresh_every == 0
+    full = space.is_full_refresh(refresh)
+    if self.training is not None:
+      self.training.catch_up(step, full and at_refresh_step)
     if self.installed() == refresh:
       return 0.0
     began = time.perf_counter()
-    at_refresh_step = step % space.refresh_every == 0
     saved = _model_space.load(space, refresh)
     fingerprint = _model_space.weights_fingerprint(space.model) if at_refresh_step else ""
     kept = self._build_features
@@ -59,7 +68,12 @@ class FeatureRefresher:
     if saved is not None and (not at_refresh_step or saved[1] == fingerprint):
       features = saved[0]
     elif at_refresh_step:
-      features = kept[1] if from_build and kept is not None else _model_space.compute(space, self._elements)
+      if from_build and kept is not None:
+        features = kept[1]
+      elif full or self.training is None:
+        features = _model_space.compute(space, self._elements)
+      else:
+        features = self.training.snapshot()
       _model_space.save(space, refresh, features, fingerprint)
     else:
       where = ("no directory is set (ModelSpace.directory)" if space.directory is None
@@ -70,6 +84,8 @@ class FeatureRefresher:
           f"later step. Resume from a checkpoint at a multiple of refresh_every={space.refresh_every}, or "
           "give the ModelSpace a directory (and keep enough refreshes) before training.")
     self._build_features = None
+    if self.training is not None and full and at_refresh_step:
+      self.training.reset(features, step)
     install(features, from_build)
     # Last: a draw waiting for this refresh reads the drawer's state once it sees the version.
     self._version.assign(refresh)
@@ -112,5 +128,6 @@ def refuse_unrefreshable(sampler: _contract.Sampler, drawer: _contract.BatchDraw
   if refreshable is None:
     raise TypeError(
         f"{type(sampler).__name__} cannot take refreshed features (its drawer's refreshable() is None): "
-        "with a ModelSpace use Uniform, VanillaPDS, EasyPDS, DensePDS or AnnealPDS.")
+        "with a ModelSpace use Uniform, VanillaPDS, EasyPDS, DensePDS, AnnealPDS, Importance, ImportancePDS or "
+        "Marginals.")
   return refreshable

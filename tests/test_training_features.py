@@ -1,0 +1,252 @@
+"""Features from the training step: the table the steps update, the refreshes on it, its resume and refusals."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_repulsive
+
+BATCH = 10
+SEED = 3
+REFRESH = 4
+_SECONDS = 300
+
+
+def _data():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=[300, 5]).astype(np.float32)
+  y = ((x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0)).astype(np.int64)
+  return x, y
+
+
+def _model(learning_rate=0.05):
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
+  model.compile(optimizer=keras.optimizers.SGD(learning_rate),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+
+def _batcher(model, sampler=None, start_step=0, **space_options):
+  space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=REFRESH,
+                                  from_training_step=True, verbose=False, **space_options)
+  return tf_repulsive.repulsive_batch(BATCH, sampler or tf_repulsive.Importance(), seed=SEED, start_step=start_step,
+                                      features=space, options=tf_repulsive.BatcherOptions(verbose=False))
+
+
+def _train(batcher, model, iterator, steps, first=0):
+  """A custom loop; returns each step's batch indices and the model's weights before its update."""
+  indices, weights = [], []
+  for step in range(first, first + steps):
+    batcher.refresh_features(step)
+    batch_x, batch_y = next(iterator)
+    indices.append(batcher.batch_indices(step))
+    weights.append(model.get_weights())
+    model.train_on_batch(batch_x, batch_y)
+  return indices, weights
+
+
+def test_the_table_holds_each_trained_elements_features_from_its_last_step_and_the_rest_keep_theirs():
+  x, y = _data()
+  model = _model()
+  batcher = _batcher(model)
+  build_features = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y, verbose=False)
+  iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  indices, weights = _train(batcher, model, iterator, 10)
+  batcher.refresh_features(10)
+  table = batcher.training_features.snapshot()
+  last_step = {}
+  for step, batch in enumerate(indices):
+    last_step.update({int(i): step for i in batch})
+  probe = _model()
+  for step in range(10):
+    rows = [i for i, last in last_step.items() if last == step]
+    if rows:
+      probe.set_weights(weights[step])
+      expected = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), probe, x[rows], y[rows], verbose=False)
+      np.testing.assert_allclose(table[rows], expected, rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
+  untouched = np.setdiff1d(np.arange(len(x)), list(last_step))
+  assert 0 < untouched.size < len(x)
+  np.testing.assert_array_equal(table[untouched], build_features[untouched])
+  # The model moved, so the trained rows are not the build's any more.
+  assert not np.allclose(table[list(last_step)], build_features[list(last_step)])
+
+
+def test_each_refresh_draws_on_the_table_of_its_step():
+  x, y = _data()
+  model = _model()
+  batcher = _batcher(model)
+  iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  snapshots = {}
+  for step in range(3 * REFRESH):
+    batcher.refresh_features(step)
+    if step % REFRESH == 0:
+      snapshots[step] = batcher.training_features.snapshot()
+    batch_x, batch_y = next(iterator)
+    drawer = tf_repulsive.Importance().build(tf_repulsive.SamplingContext(
+        features=snapshots[step - step % REFRESH], labels=None, batch_size=BATCH, distance_cache_bytes=0,
+        max_steps_per_draw=1))
+    key = tf.constant([SEED, tf_repulsive._pipeline._KEY_SALT], tf.int64)  # pylint: disable=protected-access
+    expected = drawer.draw(key, tf.constant(step, tf.int64))[0].numpy()[0]
+    np.testing.assert_array_equal(batch_x.numpy(), x[expected], err_msg=f"step {step}")
+    model.train_on_batch(batch_x, batch_y)
+  assert batcher.stats().refreshes == 3
+  # Refreshes after the first read the table: they differ from the build's features.
+  assert not np.array_equal(snapshots[2 * REFRESH], snapshots[0])
+
+
+def test_a_full_refresh_computes_every_element_again():
+  x, y = _data()
+  model = _model()
+  batcher = _batcher(model, full_refresh_every=2 * REFRESH)
+  iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  _train(batcher, model, iterator, 2 * REFRESH)
+  batcher.refresh_features(2 * REFRESH)
+  full = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y, verbose=False)
+  np.testing.assert_allclose(batcher.training_features.snapshot(), full, rtol=1e-6)
+
+
+def test_a_restored_table_and_model_continue_with_the_uninterrupted_batches(tmp_path):
+  x, y = _data()
+  data = tf.data.Dataset.from_tensor_slices((x, y))
+  model = _model()
+  batcher = _batcher(model, directory=tmp_path / "refreshes")
+  iterator = iter(data.apply(batcher))
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator,
+                                   features=batcher.training_features)
+  uninterrupted, _ = _train(batcher, model, iterator, 6)
+  batcher.refresh_features(6)
+  path = checkpoint.write(str(tmp_path / "ckpt"))
+  uninterrupted += _train(batcher, model, iterator, 8, first=6)[0]
+  # A new model, batcher and iterator, as a new process builds them, restored at step 6.
+  model = _model()
+  model.optimizer.build(model.trainable_variables)
+  batcher = _batcher(model, directory=tmp_path / "refreshes")
+  iterator = iter(data.apply(batcher))
+  tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator,
+                      features=batcher.training_features).read(path).assert_consumed()
+  resumed, _ = _train(batcher, model, iterator, 8, first=6)
+  for step, (expected, got) in enumerate(zip(uninterrupted[6:], resumed), start=6):
+    np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
+
+
+def test_fit_records_every_step_behind_a_prefetch_and_logs_them_beside_the_refreshes(tmp_path):
+  x, y = _data()
+  model = _model()
+  batcher = _batcher(model, start_step=None, directory=tmp_path)
+  stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher).prefetch(8)
+  model.fit(stream, steps_per_epoch=6, epochs=2, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  assert int(batcher.training_features.recorded_through.numpy()) == 11
+  assert batcher.stats().refreshes == 3  # steps 0, 4, 8
+  assert sorted(path.name for path in tmp_path.glob("training-log-*")) == [
+      f"training-log-00000000{refresh}.bin" for refresh in range(3)]
+
+
+def test_a_new_batcher_rebuilds_the_table_from_the_directory_at_any_step(tmp_path):
+  x, y = _data()
+  data = tf.data.Dataset.from_tensor_slices((x, y))
+  model = _model()
+  batcher = _batcher(model, directory=tmp_path / "refreshes", keep_last=2)
+  iterator = iter(data.apply(batcher))
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator)
+  _train(batcher, model, iterator, 7)
+  path = checkpoint.write(str(tmp_path / "ckpt"))
+  uninterrupted_after, _ = _train(batcher, model, iterator, 1, first=7)
+  table_at_7 = batcher.training_features.snapshot()  # after step 7's refresh_features: steps 0 ... 6
+  # (Up to step 10: keep_last=2 then still holds refreshes 1 and 2, and the log of refresh 1.)
+  uninterrupted_after += _train(batcher, model, iterator, 3, first=8)[0]
+  assert sorted(path.name for path in (tmp_path / "refreshes").glob("*")) == [
+      "refresh-000000001.npz", "refresh-000000002.npz", "training-log-000000001.bin", "training-log-000000002.bin"]
+  # Only the model, the optimizer and the iterator are restored; the table comes from the directory.
+  model = _model()
+  model.optimizer.build(model.trainable_variables)
+  batcher = _batcher(model, directory=tmp_path / "refreshes", keep_last=2)
+  iterator = iter(data.apply(batcher))
+  tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator).read(path).assert_consumed()
+  resumed, _ = _train(batcher, model, iterator, 1, first=7)
+  np.testing.assert_array_equal(batcher.training_features.snapshot(), table_at_7)
+  resumed += _train(batcher, model, iterator, 3, first=8)[0]
+  for step, (expected, got) in enumerate(zip(uninterrupted_after, resumed), start=7):
+    np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
+
+
+def test_a_skipped_step_is_refused_naming_what_to_do():
+  x, y = _data()
+  model = _model()
+  batcher = _batcher(model)
+  iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  _train(batcher, model, iterator, 2)
+  with pytest.raises(ValueError, match="not at hand"):
+    batcher.refresh_features(4)
+
+
+def test_two_training_calls_in_one_step_fail_at_the_record():
+  x, y = _data()
+  model = _model()
+  batcher = _batcher(model)
+  iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  batcher.refresh_features(0)
+  batch_x, batch_y = next(iterator)
+  model.train_on_batch(batch_x, batch_y)
+  model.train_on_batch(batch_x, batch_y)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="exactly one training call"):
+    batcher.refresh_features(1)
+
+
+@pytest.mark.parametrize("options, error, match", [
+    ({"full_refresh_every": 6}, ValueError, "multiple of refresh_every"),
+    ({"from_training_step": False, "full_refresh_every": 8}, ValueError, "pass from_training_step=True"),
+    ({"from_training_step": 1}, TypeError, "from_training_step"),
+])
+def test_bad_options_are_refused(options, error, match):
+  with pytest.raises(error, match=match):
+    tf_repulsive.ModelSpace(_model(), tf_repulsive.GradientFeatures(), refresh_every=REFRESH,
+                            **{"from_training_step": True, **options})
+
+
+def test_a_source_without_last_layer_features_and_a_second_batcher_on_one_model_are_refused():
+  x, y = _data()
+  model = _model()
+  space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(layer=model.layers[0].name),
+                                  refresh_every=REFRESH, from_training_step=True, verbose=False)
+  with pytest.raises(TypeError, match="last_layer_fn"):
+    tf.data.Dataset.from_tensor_slices((x, y)).apply(
+        tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Importance(), seed=0, start_step=0, features=space))
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(_batcher(model))
+  with pytest.raises(ValueError, match="one ModelSpace"):
+    tf.data.Dataset.from_tensor_slices((x, y)).apply(_batcher(model))
+
+
+def test_the_loss_and_the_embedding_come_from_the_training_step_too():
+  x, y = _data()
+  for source, expected_dim in ((tf_repulsive.LossFeatures(), 1), (tf_repulsive.EmbeddingFeatures(), 16)):
+    model = _model(learning_rate=0.0)
+    space = tf_repulsive.ModelSpace(model, source, refresh_every=REFRESH, from_training_step=True, verbose=False)
+    batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Importance(), seed=SEED, start_step=0,
+                                           features=space, options=tf_repulsive.BatcherOptions(verbose=False))
+    iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+    indices, _ = _train(batcher, model, iterator, 3)
+    batcher.refresh_features(3)
+    rows = np.unique(np.concatenate(indices))
+    full = tf_repulsive.compute_features(source, model, x, y, verbose=False)
+    assert full.shape[1] == expected_dim
+    np.testing.assert_allclose(batcher.training_features.snapshot()[rows], full[rows], rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_resumed_in_a_new_process_draws_the_uninterrupted_batches(tmp_path):
+  script = pathlib.Path(__file__).with_name("training_features_run.py")
+  for phase in ("first", "resume"):
+    subprocess.run([sys.executable, str(script), phase, str(tmp_path)], check=True, timeout=_SECONDS)
+    # The resumed run must compute refreshes 2 and 3 (steps 8, 12) from the table it rebuilt, not
+    # read them back.
+    for refresh in (2, 3):
+      (tmp_path / "refreshes" / f"refresh-00000000{refresh}.npz").unlink(missing_ok=True)
+  first, resumed = (json.loads((tmp_path / f"{phase}.json").read_text())["indices"] for phase in ("first", "resume"))
+  assert len(first) == 9
+  assert resumed == first

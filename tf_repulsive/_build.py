@@ -148,8 +148,7 @@ def build(config: Config, dataset: tf.data.Dataset) -> Built:
       assert built.refresher is not None
       _, source_labels = _model_space.model_inputs(data.elements, space.source)
       built.refresher.training = _training_features.TrainingFeatures(
-          space, build_features, None if source_labels is None else np.asarray(source_labels), config.batch_size,
-          indices_of=lambda step: built.draw_once(step)[0][0])
+          space, build_features, None if source_labels is None else np.asarray(source_labels), config.batch_size)
   # Traces the draw (the stream copies that trace in) and checks the fill at step 0.
   _warn_if_first_batch_needs_the_fill(built)
   return built

@@ -60,6 +60,8 @@ def draw(built: _build.Built, start: _stream_start.StreamStart, stream: tf.Tenso
     indices, fallback = indices[skip:end], tf.cast(fallback[skip:end], tf.int64)
     steps = first_step + tf.range(skip, end, dtype=tf.int64)
     recorded = built.record.record(steps, offset, indices, fallback, built.read)
+    if built.refresher is not None and built.refresher.training is not None:
+      recorded.append(built.refresher.training.remember(steps, indices))
   with tf.control_dependencies(recorded):
     return tf.identity(indices), steps
 

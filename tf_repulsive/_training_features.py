@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Callable
 
 import keras
 import numpy as np
@@ -28,6 +27,8 @@ from tf_repulsive import _model_space
 
 # The step a table holds before any training step is recorded.
 _NONE_RECORDED = -1
+# Delivered batches whose indices are kept for their record: more than a prefetch runs ahead.
+_DELIVERED_STEPS = 1024
 
 
 def _log_path(directory: str | os.PathLike, refresh: int) -> pathlib.Path:
@@ -36,9 +37,12 @@ def _log_path(directory: str | os.PathLike, refresh: int) -> pathlib.Path:
 
 
 class _LastLayerTap:
-  """Keeps the input and output of the model's last layer from each training call, in variables."""
+  """What the model trained on: its last layer's input and output at each training call, and the batches delivered.
 
-  def __init__(self, model: keras.Model):
+  This process's own state, not part of the table's checkpoints.
+  """
+
+  def __init__(self, model: keras.Model, batch_size: int):
     layer = model.layers[-1]
     if not isinstance(layer, keras.layers.Dense):
       raise TypeError(
@@ -53,9 +57,11 @@ class _LastLayerTap:
       self.inputs = tf.Variable(tf.zeros([0, inputs]), shape=tf.TensorShape([None, inputs]), trainable=False)
       self.outputs = tf.Variable(tf.zeros([0, outputs]), shape=tf.TensorShape([None, outputs]), trainable=False)
       # Training calls seen, and those recorded: `record` checks that exactly one came per step.
-      # (This process's own count: not part of the table's checkpoints.)
       self.calls = tf.Variable(0, dtype=tf.int64, trainable=False)
       self.recorded_calls = tf.Variable(0, dtype=tf.int64, trainable=False)
+      # The indices of the batches the stream delivered, by step modulo the ring's length.
+      self.delivered = tf.Variable(tf.zeros([_DELIVERED_STEPS, batch_size], tf.int32), trainable=False)
+      self.delivered_steps = tf.Variable(tf.fill([_DELIVERED_STEPS], tf.constant(-1, tf.int64)), trainable=False)
     original = layer.call
 
     def call(inputs, *args, training=None, **kwargs):
@@ -91,11 +97,10 @@ class TrainingFeatures(tf.Module):
     features: `[N, d]` the build's features of all elements, the table's first state.
     labels: `[N]` the elements' labels (None for a source without labels).
     batch_size: k.
-    indices_of: the batch indices of a step (the stream's draw of it, on the features installed).
   """
 
   def __init__(self, space: _model_space.ModelSpace, features: np.ndarray, labels: np.ndarray | None,
-               batch_size: int, indices_of: Callable[[tf.Tensor], tf.Tensor]):
+               batch_size: int):
     super().__init__(name="training_features")
     last_layer_fn = space.source.last_layer_fn(space.model)
     if last_layer_fn is None:
@@ -105,7 +110,7 @@ class TrainingFeatures(tf.Module):
           "LossFeatures() or EmbeddingFeatures() without `layer`.")
     self._space = space
     self._batch_size = batch_size
-    self._tap = _LastLayerTap(space.model)
+    self._tap = _LastLayerTap(space.model, batch_size)
     with tf.device("CPU:0"):
       self.table = tf.Variable(features, trainable=False)
       # The last step whose features the table holds (-1: the build's only).
@@ -114,9 +119,14 @@ class TrainingFeatures(tf.Module):
 
     @tf.function(autograph=False, input_signature=(tf.TensorSpec([], tf.int64),))
     def record(step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-      indices = indices_of(step)
+      slot = step % _DELIVERED_STEPS
+      indices = self._tap.delivered[slot]
       inputs, outputs = self._tap.inputs.read_value(), self._tap.outputs.read_value()
       checks = [
+          tf.debugging.assert_equal(self._tap.delivered_steps[slot], step, message=(
+              f"the batch of the step recorded is not among the last {_DELIVERED_STEPS} the stream delivered: "
+              "from_training_step=True needs each step's features recorded after it trains, with the "
+              "batcher's stream feeding the model.")),
           tf.debugging.assert_equal(
               self._tap.calls - self._tap.recorded_calls, tf.constant(1, tf.int64), message=(
                   "from_training_step=True needs exactly one training call of the model per step (its "
@@ -164,6 +174,12 @@ class TrainingFeatures(tf.Module):
       with _log_path(space.directory, refresh).open("ab") as log:
         log.write(np.int64(step).tobytes() + indices.numpy().astype(np.int32).tobytes()
                   + features.numpy().tobytes())
+
+  def remember(self, steps: tf.Tensor, indices: tf.Tensor) -> tf.Operation:
+    """The op of the stream's draw that keeps the indices of the batches of `steps` for their records."""
+    slots = (steps % _DELIVERED_STEPS)[:, None]
+    return tf.group(self._tap.delivered.scatter_nd_update(slots, indices),
+                    self._tap.delivered_steps.scatter_nd_update(slots, steps))
 
   def snapshot(self) -> np.ndarray:
     """The table as it is now, a copy."""
@@ -218,7 +234,7 @@ class TrainingFeatures(tf.Module):
     through = int(self.recorded_through.numpy())
     if through == step - 1:
       return
-    if through == step - 2 and int(self._tap.calls.numpy()) > int(self._tap.recorded_calls.numpy()):
+    if through == step - 2:
       self.record(step - 1)
     elif not full_refresh and not self._replay(step):
       raise ValueError(

@@ -13,12 +13,14 @@ step, against the 5% target.
 
 Then the features from the training step (`ModelSpace(..., from_training_step=True)`): `fit` of
 `Importance()` on `GradientFeatures()` refreshed every 100 steps from the table the steps
-update, against uniform `fit` in the same process: epochs of 100 steps, uniform, importance,
+update (with a directory: the writes a resumable run makes are counted), against uniform
+training in the same process: epochs of 100 steps, uniform, importance,
 uniform, importance, ..., the first of each left out; the overhead is the ratio of their median
 epoch times minus 1.
 """
 
 import os
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -102,8 +104,10 @@ def _training_step_overhead(x, y):
     model = train.deep_mnist_model()
     model.compile(optimizer=keras.optimizers.Adam(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    # With a directory, as for a run that can resume: each refresh's table and each step's record are written.
     space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=100,
-                                    from_training_step=True, verbose=False) if importance else None
+                                    from_training_step=True, verbose=False,
+                                    directory=tempfile.mkdtemp(), keep_last=2) if importance else None
     sampler = tf_repulsive.Importance() if importance else tf_repulsive.Uniform()
     batcher = tf_repulsive.repulsive_batch(_BATCH_SIZE, sampler, seed=1, start_step=0, features=space,
                                            options=tf_repulsive.BatcherOptions(verbose=False))

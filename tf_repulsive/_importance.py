@@ -55,10 +55,10 @@ def dart_weights(features: np.ndarray, mixing: float) -> np.ndarray:
   num_points = features.shape[0]
   scores = np.empty(num_points)
   for start in range(0, num_points, _ROW_BLOCK):
-    # In the features' own precision: a float64 copy would cost more than the rest of a refresh,
+    # In the features' own precision: a float64 pass would cost more than the rest of a refresh,
     # and float32's relative error, about d * 6e-8, does not matter to a dart's probability.
     rows = np.asarray(features[start:start + _ROW_BLOCK])
-    scores[start:start + _ROW_BLOCK] = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+    scores[start:start + _ROW_BLOCK] = np.sqrt(np.einsum("ij,ij->i", rows, rows))
   if not np.all(np.isfinite(scores)):
     raise ValueError("the features hold NaN or infinite values, so their norms give no score; check the features.")
   total = scores.sum()

@@ -61,6 +61,12 @@ class FeatureRefresher:
     if self.installed() == refresh:
       return 0.0
     began = time.perf_counter()
+    if self.training is not None and at_refresh_step and not full:
+      # The table holds every step before this one (`catch_up`): it is these features, in a
+      # resumed run too, and the model's weights do not enter.
+      features, from_build = self.training.snapshot(), False
+      _model_space.save(space, refresh, features, "")
+      return self._installed(refresh, features, from_build, install, began)
     saved = _model_space.load(space, refresh)
     fingerprint = _model_space.weights_fingerprint(space.model) if at_refresh_step else ""
     kept = self._build_features
@@ -68,12 +74,7 @@ class FeatureRefresher:
     if saved is not None and (not at_refresh_step or saved[1] == fingerprint):
       features = saved[0]
     elif at_refresh_step:
-      if from_build and kept is not None:
-        features = kept[1]
-      elif full or self.training is None:
-        features = _model_space.compute(space, self._elements)
-      else:
-        features = self.training.snapshot()
+      features = kept[1] if from_build and kept is not None else _model_space.compute(space, self._elements)
       _model_space.save(space, refresh, features, fingerprint)
     else:
       where = ("no directory is set (ModelSpace.directory)" if space.directory is None
@@ -83,9 +84,14 @@ class FeatureRefresher:
           f"{refresh * space.refresh_every}, and {where}: they cannot be recomputed from the model at a "
           f"later step. Resume from a checkpoint at a multiple of refresh_every={space.refresh_every}, or "
           "give the ModelSpace a directory (and keep enough refreshes) before training.")
-    self._build_features = None
-    if self.training is not None and full and at_refresh_step:
+    if self.training is not None and at_refresh_step:
       self.training.reset(features, step)
+    return self._installed(refresh, features, from_build, install, began)
+
+  def _installed(self, refresh: int, features: np.ndarray, from_build: bool,
+                 install: Callable[[np.ndarray, bool], None], began: float) -> float:
+    """Installs the features of `refresh`, tells the stream, and returns the seconds since `began`."""
+    self._build_features = None
     install(features, from_build)
     # Last: a draw waiting for this refresh reads the drawer's state once it sees the version.
     self._version.assign(refresh)

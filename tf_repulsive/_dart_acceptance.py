@@ -59,8 +59,14 @@ class Acceptance:
     columns = accepted[:, :width]
     occupied = tf.range(width)[None, :] < count[:, None]
     if not (config.one_disk_radius and config.survival_in_one_pass):
-      hits = self.conflicts(darts, columns, radius_scale)
-      return tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[:, None, :]), axis=2))
+      def tested():
+        hits = self.conflicts(darts, columns, radius_scale)
+        return tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[:, None, :]), axis=2))
+
+      # Nothing accepted yet (a draw's first block, the only one of most small batches): every
+      # dart survives, as the test would find, without gathering the darts' rows for distances
+      # to no point.
+      return tf.cond(width > 0, tested, lambda: tf.ones(tf.shape(darts), tf.bool))
     # One disk radius, large batches: the distance test is most of the draw. A dart that repeats
     # an accepted point is rejected without one (darts by mingling value repeat the few points of
     # the rare values often), and one without a disk conflicts with nothing else; for the others,

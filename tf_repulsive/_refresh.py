@@ -64,9 +64,9 @@ class FeatureRefresher:
     if self.training is not None and at_refresh_step and not full:
       # The table holds every step before this one (`catch_up`): it is these features, in a
       # resumed run too, and the model's weights do not enter.
-      features, from_build = self.training.snapshot(), False
+      features = self.training.snapshot()
       _model_space.save(space, refresh, features, "")
-      return self._installed(refresh, features, from_build, install, began)
+      return self._installed(refresh, features, False, install, began)
     saved = _model_space.load(space, refresh)
     fingerprint = _model_space.weights_fingerprint(space.model) if at_refresh_step else ""
     kept = self._build_features

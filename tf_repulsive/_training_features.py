@@ -164,8 +164,8 @@ class TrainingFeatures(tf.Module):
     indices, features = self._record(tf.constant(step, tf.int64))
     space = self._space
     if space.directory is not None:
+      # (The directory exists: the refresh in force at `step` saved its features there.)
       refresh = step // space.refresh_every
-      pathlib.Path(space.directory).mkdir(parents=True, exist_ok=True)
       if space.keep_last is not None and step % space.refresh_every == 0:
         # The logs of the refreshes whose saved features `keep_last` deleted are of no use.
         for old in pathlib.Path(space.directory).glob("training-log-*.bin"):
@@ -186,7 +186,7 @@ class TrainingFeatures(tf.Module):
     return self.table.numpy()
 
   def reset(self, features: np.ndarray, step: int) -> None:
-    """The table of a full refresh at `step`: every element's features from the model as it is now."""
+    """Makes `features` the table that holds every step before `step` (a full refresh's, or a replayed one)."""
     self.table.assign(features)
     self.recorded_through.assign(step - 1)
     self._tap.recorded_calls.assign(self._tap.calls)
@@ -219,9 +219,7 @@ class TrainingFeatures(tf.Module):
     for logged_step in sorted(records):
       indices, features = records[logged_step]
       table[indices] = features
-    self.table.assign(table)
-    self.recorded_through.assign(step - 1)
-    self._tap.recorded_calls.assign(self._tap.calls)
+    self.reset(table, step)
     return True
 
   def catch_up(self, step: int, full_refresh: bool) -> None:

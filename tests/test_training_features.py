@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tf_repulsive
+from tf_repulsive import _training_features
 
 BATCH = 10
 SEED = 3
@@ -136,16 +137,33 @@ def test_a_restored_table_and_model_continue_with_the_uninterrupted_batches(tmp_
     np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
 
 
-def test_fit_records_every_step_behind_a_prefetch_and_logs_them_beside_the_refreshes(tmp_path):
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_fit_records_every_step_behind_a_prefetch_and_logs_them_beside_the_refreshes(tmp_path, jit_compile):
   x, y = _data()
   model = _model()
+  model.compile(optimizer=keras.optimizers.SGD(0.05), jit_compile=jit_compile,
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   batcher = _batcher(model, start_step=None, directory=tmp_path)
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher).prefetch(8)
-  model.fit(stream, steps_per_epoch=6, epochs=2, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  weights = []
+  keep_weights = keras.callbacks.LambdaCallback(on_train_batch_begin=lambda batch, logs: weights.append(
+      model.get_weights()))
+  model.fit(stream, steps_per_epoch=6, epochs=2, verbose=0,
+            callbacks=[keep_weights, tf_repulsive.AnnealingCallback(batcher)])
   assert int(batcher.training_features.recorded_through.numpy()) == 11
   assert batcher.stats().refreshes == 3  # steps 0, 4, 8
   assert sorted(path.name for path in tmp_path.glob("training-log-*")) == [
       f"training-log-00000000{refresh}.bin" for refresh in range(3)]
+  # Each step's logged record: its batch's features under the weights it trained with.
+  records = [record for path in sorted(tmp_path.glob("training-log-*"))
+             for record in _training_features._parse_log(path.read_bytes(), BATCH, 3 * 17)]
+  assert [step for step, _, _ in records] == list(range(12))
+  probe = _model()
+  for step, indices, features in records:
+    probe.set_weights(weights[step])
+    expected = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), probe, x[indices], y[indices],
+                                             verbose=False)
+    np.testing.assert_allclose(features, expected, rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
 
 
 def test_a_new_batcher_rebuilds_the_table_from_the_directory_at_any_step(tmp_path):
@@ -186,17 +204,21 @@ def test_a_skipped_step_is_refused_naming_what_to_do():
     batcher.refresh_features(4)
 
 
-def test_two_training_calls_in_one_step_fail_at_the_record():
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_two_training_calls_per_step_are_refused_at_the_next_refresh(prefetch):
+  """Behind a prefetch, a second call may find the next step's batch delivered and record it."""
   x, y = _data()
   model = _model()
   batcher = _batcher(model)
-  iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
-  batcher.refresh_features(0)
-  batch_x, batch_y = next(iterator)
-  model.train_on_batch(batch_x, batch_y)
-  model.train_on_batch(batch_x, batch_y)
-  with pytest.raises(tf.errors.InvalidArgumentError, match="exactly one training call"):
-    batcher.refresh_features(1)
+  dataset = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  iterator = iter(dataset.prefetch(8) if prefetch else dataset)
+  for step in range(REFRESH):
+    batcher.refresh_features(step)
+    batch_x, batch_y = next(iterator)
+    model.train_on_batch(batch_x, batch_y)
+    model.train_on_batch(batch_x, batch_y)
+  with pytest.raises(ValueError, match="exactly one training call"):
+    batcher.refresh_features(REFRESH)
 
 
 @pytest.mark.parametrize("options, error, match", [
@@ -250,3 +272,34 @@ def test_a_run_resumed_in_a_new_process_draws_the_uninterrupted_batches(tmp_path
   first, resumed = (json.loads((tmp_path / f"{phase}.json").read_text())["indices"] for phase in ("first", "resume"))
   assert len(first) == 9
   assert resumed == first
+
+
+@pytest.mark.parametrize("take_batch, rows, match", [
+    (False, BATCH, "found no batch of the stream"),
+    (True, BATCH // 2, "another number of elements"),
+])
+def test_a_training_call_on_other_batches_is_refused_at_the_next_refresh(take_batch, rows, match):
+  x, y = _data()
+  model = _model()
+  batcher = _batcher(model)
+  dataset = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  batcher.refresh_features(0)
+  if take_batch:
+    next(iter(dataset))
+  model.train_on_batch(x[:rows], y[:rows])
+  batcher.refresh_features(1)  # between refreshes, nothing is checked
+  with pytest.raises(ValueError, match=match):
+    batcher.refresh_features(REFRESH)
+
+
+def test_a_failed_write_of_the_table_is_raised_at_the_next_refresh(tmp_path):
+  """The table's features are written in the background; what the write raised is not lost."""
+  x, y = _data()
+  model = _model()
+  batcher = _batcher(model, directory=tmp_path)
+  iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  # np.savez cannot write the partial file of refresh 1 where a directory has its name.
+  (tmp_path / "refresh-000000001.partial.npz").mkdir()
+  _train(batcher, model, iterator, 2 * REFRESH)
+  with pytest.raises(IsADirectoryError, match="refresh-000000001"):
+    batcher.refresh_features(2 * REFRESH)

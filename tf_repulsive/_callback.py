@@ -173,7 +173,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     replicas = self.model.distribute_strategy.num_replicas_in_sync
     if space.from_training_step and (steps_per_execution > 1 or replicas > 1):
       raise ValueError(
-          "ModelSpace(from_training_step=True) reads each step's forward pass after the step: it needs "
+          "ModelSpace(from_training_step=True) checks and logs each step's record between steps: it needs "
           "steps_per_execution=1 and one replica. Use from_training_step=False here.")
     if space.refresh_every % steps_per_execution or self.params["steps"] % steps_per_execution:
       raise ValueError(
@@ -246,7 +246,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     space = self._batcher.model_space
     next_step = self._epoch_start + batch + 1
     if space is not None and space.from_training_step and self._epochs_begun:
-      self._batcher.training_features.record(next_step - 1)
+      self._batcher.training_features.log(next_step - 1)
     due = space is not None and self._epochs_begun and next_step % space.refresh_every == 0
     if due and next_step != self._fit_end:
       # The stream waits at the next step for the features of the model as it is now.

@@ -11,6 +11,7 @@ the version.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable
 
@@ -38,6 +39,11 @@ class FeatureRefresher:
     self.training: _training_features.TrainingFeatures | None = None
     with tf.device("CPU:0"):
       self._version = tf.Variable(_model_space.NO_REFRESH, dtype=tf.int64, trainable=False)
+    # The refresh installed, as `_version` holds it for the stream's draws.
+    self._installed_refresh = _model_space.NO_REFRESH
+    # The write of a table's features to the directory, in the background, and what it raised.
+    self._saving: threading.Thread | None = None
+    self._saving_error: BaseException | None = None
     # Refreshes installed in this process, and the seconds they took.
     self.refreshes = 0
     self.seconds = 0.0
@@ -56,16 +62,21 @@ class FeatureRefresher:
     refresh = step // space.refresh_every
     at_refresh_step = step % space.refresh_every == 0
     full = space.is_full_refresh(refresh)
-    if self.training is not None:
+    due = self._installed_refresh != refresh
+    if due:
+      self.finish_saving()
+    # Between refreshes the table needs nothing, except each step's record in the log.
+    if self.training is not None and (due or at_refresh_step or space.directory is not None):
       self.training.catch_up(step, full and at_refresh_step)
-    if self.installed() == refresh:
+    if not due:
       return 0.0
     began = time.perf_counter()
     if self.training is not None and at_refresh_step and not full:
       # The table holds every step before this one (`catch_up`): it is these features, in a
-      # resumed run too, and the model's weights do not enter.
+      # resumed run too, and the model's weights do not enter. They are written while training
+      # goes on: the view stays as it is, since the next step's update copies the table first.
       features = self.training.snapshot()
-      _model_space.save(space, refresh, features, "")
+      self._save_in_background(refresh, features)
       return self._installed(refresh, features, False, install, began)
     saved = _model_space.load(space, refresh)
     fingerprint = _model_space.weights_fingerprint(space.model) if at_refresh_step else ""
@@ -95,6 +106,7 @@ class FeatureRefresher:
     install(features, from_build)
     # Last: a draw waiting for this refresh reads the drawer's state once it sees the version.
     self._version.assign(refresh)
+    self._installed_refresh = refresh
     seconds = time.perf_counter() - began
     self.seconds += seconds
     self.refreshes += 1
@@ -102,7 +114,31 @@ class FeatureRefresher:
 
   def installed(self) -> int:
     """The refresh whose features the drawer holds (`_model_space.NO_REFRESH`: none yet)."""
-    return int(self._version.numpy())
+    return self._installed_refresh
+
+  def _save_in_background(self, refresh: int, features: np.ndarray) -> None:
+    """Writes the features of `refresh` to the directory in a thread (`finish_saving` waits for it)."""
+    if self.space.directory is None:
+      return
+
+    def save():
+      try:
+        _model_space.save(self.space, refresh, features, "")
+      except BaseException as error:  # pylint: disable=broad-except
+        self._saving_error = error
+
+    # Not a daemon: the process finishes the write before it exits.
+    self._saving = threading.Thread(target=save, name="tf_repulsive_refresh_save")
+    self._saving.start()
+
+  def finish_saving(self) -> None:
+    """Waits for the write of the last table's features, and raises what it raised."""
+    if self._saving is not None:
+      self._saving.join()
+      self._saving = None
+    error, self._saving_error = self._saving_error, None
+    if error is not None:
+      raise error
 
   def of_step(self, step: int) -> int:
     """The refresh whose features the batch of `step` is drawn on."""

@@ -2,10 +2,10 @@
 
 The training step's forward pass already computes, for the k elements it trains on, what the
 built-in feature sources need: the input h of the model's last layer and that layer's output.
-A tap on the last layer keeps them (training calls only). After the step, `record` computes the
-batch's features from them (`FeatureSource.last_layer_fn`) and writes them into an `[N, d]`
-table at the batch's indices; the elements not trained on keep their last features. A refresh
-builds the sampler on the table instead of a pass over the data.
+A tap on the last layer computes the batch's features from them (`FeatureSource.last_layer_fn`)
+inside the training call itself, and writes them into an `[N, d]` table at the batch's indices;
+the elements not trained on keep their last features. No Python runs per step. A refresh builds
+the sampler on the table instead of a pass over the data.
 
 The table and the step it holds are state. With the `ModelSpace`'s `directory`, every step's
 record is appended to a log beside the refresh's features: a run resumed at any step, in a new
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+from typing import Callable
 
 import keras
 import numpy as np
@@ -37,12 +38,14 @@ def _log_path(directory: str | os.PathLike, refresh: int) -> pathlib.Path:
 
 
 class _LastLayerTap:
-  """What the model trained on: its last layer's input and output at each training call, and the batches delivered.
+  """Runs `record(inputs, outputs)` in each training call of the model's last layer; holds this process's step state.
 
-  This process's own state, not part of the table's checkpoints.
+  The state here is not part of the table's checkpoints: the indices of the batches the stream
+  delivered, the last record (for the log), and the faults found in the training calls.
   """
 
-  def __init__(self, model: keras.Model, batch_size: int):
+  def __init__(self, model: keras.Model, batch_size: int, dim: int,
+               record: Callable[[tf.Tensor, tf.Tensor], None]):
     layer = model.layers[-1]
     if not isinstance(layer, keras.layers.Dense):
       raise TypeError(
@@ -52,25 +55,27 @@ class _LastLayerTap:
       raise ValueError(
           f"the last layer of {model.name!r} already feeds another batcher's features from the training "
           "step: one ModelSpace(from_training_step=True) batcher per model.")
-    inputs, outputs = int(layer.kernel.shape[0]), int(layer.kernel.shape[1])
     with tf.device("CPU:0"):
-      self.inputs = tf.Variable(tf.zeros([0, inputs]), shape=tf.TensorShape([None, inputs]), trainable=False)
-      self.outputs = tf.Variable(tf.zeros([0, outputs]), shape=tf.TensorShape([None, outputs]), trainable=False)
-      # Training calls seen, and those recorded: `record` checks that exactly one came per step.
-      self.calls = tf.Variable(0, dtype=tf.int64, trainable=False)
-      self.recorded_calls = tf.Variable(0, dtype=tf.int64, trainable=False)
       # The indices of the batches the stream delivered, by step modulo the ring's length.
       self.delivered = tf.Variable(tf.zeros([_DELIVERED_STEPS, batch_size], tf.int32), trainable=False)
       self.delivered_steps = tf.Variable(tf.fill([_DELIVERED_STEPS], tf.constant(-1, tf.int64)), trainable=False)
+      # The last step recorded, its indices and features: what the log appends.
+      self.last_step = tf.Variable(_NONE_RECORDED, dtype=tf.int64, trainable=False)
+      self.last_indices = tf.Variable(tf.zeros([batch_size], tf.int32), shape=tf.TensorShape([None]),
+                                      trainable=False)
+      self.last_features = tf.Variable(tf.zeros([batch_size, dim]), shape=tf.TensorShape([None, dim]),
+                                       trainable=False)
+      # Training calls whose batch the stream had not delivered for their step, and calls on
+      # another number of elements than k. Checked outside the call: XLA drops assertions.
+      self.faults = tf.Variable(tf.zeros([2], tf.int64), trainable=False)
     original = layer.call
 
     def call(inputs, *args, training=None, **kwargs):
       outputs = original(inputs, *args, training=training, **kwargs)
       # Training calls on tensors only: not inference, nor Keras' symbolic build.
       if training and isinstance(inputs, tf.Tensor) and not isinstance(inputs, keras.KerasTensor):
-        self.inputs.assign(tf.cast(_flat(inputs), tf.float32))
-        self.outputs.assign(tf.cast(_flat(outputs), tf.float32))
-        self.calls.assign_add(1)
+        record(tf.stop_gradient(tf.cast(_flat(inputs), tf.float32)),
+               tf.stop_gradient(tf.cast(_flat(outputs), tf.float32)))
       return outputs
 
     call._tf_repulsive_tap = True  # type: ignore[attr-defined]
@@ -110,70 +115,85 @@ class TrainingFeatures(tf.Module):
           "LossFeatures() or EmbeddingFeatures() without `layer`.")
     self._space = space
     self._batch_size = batch_size
-    self._tap = _LastLayerTap(space.model, batch_size)
+    self._last_layer_fn = last_layer_fn
+    self._labels = None if labels is None else tf.constant(labels)
     with tf.device("CPU:0"):
       self.table = tf.Variable(features, trainable=False)
       # The last step whose features the table holds (-1: the build's only).
       self.recorded_through = tf.Variable(_NONE_RECORDED, dtype=tf.int64, trainable=False)
-    labels = None if labels is None else tf.constant(labels)
+    # The last step whose record the directory's log holds (this process).
+    self._logged_through = _NONE_RECORDED
+    self._tap = _LastLayerTap(space.model, batch_size, features.shape[1], self._record)
 
-    @tf.function(autograph=False, input_signature=(tf.TensorSpec([], tf.int64),))
-    def record(step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-      slot = step % _DELIVERED_STEPS
-      indices = self._tap.delivered[slot]
-      inputs, outputs = self._tap.inputs.read_value(), self._tap.outputs.read_value()
-      checks = [
-          tf.debugging.assert_equal(self._tap.delivered_steps[slot], step, message=(
-              f"the batch of the step recorded is not among the last {_DELIVERED_STEPS} the stream delivered: "
-              "from_training_step=True needs each step's features recorded after it trains, with the "
-              "batcher's stream feeding the model.")),
-          tf.debugging.assert_equal(
-              self._tap.calls - self._tap.recorded_calls, tf.constant(1, tf.int64), message=(
-                  "from_training_step=True needs exactly one training call of the model per step (its "
-                  "last layer's input and output are the batch's features): steps_per_execution > 1, "
-                  "gradient accumulation, or a train step that calls the model twice cannot feed it.")),
-          tf.debugging.assert_equal(
-              tf.shape(inputs)[0], tf.shape(indices)[0], message=(
-                  "the model's last training call saw another number of elements than the step's batch: "
-                  "from_training_step=True needs the batcher's batches as the model's training batches."))]
-      with tf.control_dependencies(checks):
-        batch_labels = None if labels is None else tf.gather(labels, indices)
-        features = tf.cast(last_layer_fn(inputs, outputs, batch_labels), tf.float32)
-        updates = [self.table.scatter_update(tf.IndexedSlices(features, indices)),
-                   self._tap.recorded_calls.assign(self._tap.calls), self.recorded_through.assign(step)]
-      with tf.control_dependencies(updates):
-        return tf.identity(indices), tf.identity(features)
+  def _record(self, inputs: tf.Tensor, outputs: tf.Tensor) -> None:
+    """The ops of a training call: the batch's features into the table, as the step after the one it holds.
 
-    self._record = record
-
-  def record(self, step: int) -> None:
-    """Writes the features of the batch of `step`, the training call just made, into the table.
-
-    Raises:
-      ValueError: if the table does not hold the step before (a step was not recorded).
+    A call whose step's batch the stream did not deliver, or that saw another number of
+    elements than k, writes nothing and counts a fault (`check`).
     """
-    through = int(self.recorded_through.numpy())
-    if through == step:
-      return
-    if through != step - 1:
+    tap, batch_size = self._tap, self._batch_size
+    step = self.recorded_through.read_value() + 1
+    slot = step % _DELIVERED_STEPS
+    rows = tf.shape(inputs)[0]
+    # After the batch: in `fit` the iterator's `get_next` and this read are ops of one function,
+    # ordered by nothing else, and the stream notes the batch's indices as it delivers it.
+    with tf.control_dependencies([inputs]):
+      delivered_step, delivered_indices = tf.gather(tap.delivered_steps, slot), tf.gather(tap.delivered, slot)
+    sized = tf.equal(rows, batch_size)
+    delivered = tf.equal(delivered_step, step)
+    # One index per row, so that the shapes agree even when the sizes do not (nothing is written then).
+    indices = tf.gather(delivered_indices, tf.minimum(tf.range(rows), batch_size - 1))
+
+    def write():
+      labels = None if self._labels is None else tf.gather(self._labels, indices)
+      features = tf.cast(self._last_layer_fn(inputs, outputs, labels), tf.float32)
+      return tf.group(self.table.scatter_update(tf.IndexedSlices(features, indices)),
+                      tap.last_indices.assign(indices), tap.last_features.assign(features),
+                      tap.last_step.assign(step))
+
+    tf.cond(tf.logical_and(delivered, sized), write, tf.no_op)
+    tap.faults.assign_add(tf.cast(tf.stack([tf.logical_not(delivered), tf.logical_not(sized)]), tf.int64))
+    self.recorded_through.assign(step)
+
+  def check(self) -> None:
+    """Raises if a training call could not be recorded (its step's batch undelivered, or another size than k)."""
+    undelivered, missized = (int(count) for count in self._tap.faults.numpy())
+    if undelivered:
       raise ValueError(
-          f"the features from the training step hold step {through}, and step {step} came next: each step's "
-          "features must be recorded after it trains (in fit, AnnealingCallback(batcher) does it; in a custom "
-          "loop, batcher.refresh_features(step) before each step), and a resumed run must restore them "
-          "(with the ModelSpace's directory set, or batcher.training_features in your checkpoint).")
-    indices, features = self._record(tf.constant(step, tf.int64))
+          f"{undelivered} training call(s) of the model found no batch of the stream for their step (it keeps "
+          f"the last {_DELIVERED_STEPS}): from_training_step=True needs the batcher's stream feeding the model, "
+          "and exactly one training call of the model per step.")
+    if missized:
+      raise ValueError(
+          f"{missized} training call(s) of the model saw another number of elements than the batch size "
+          f"{self._batch_size}: from_training_step=True needs the batcher's batches as the model's training batches.")
+
+  def log(self, step: int) -> None:
+    """Appends the record of `step`, the training step just made, to the directory's log (none: nothing to do)."""
     space = self._space
-    if space.directory is not None:
-      # (The directory exists: the refresh in force at `step` saved its features there.)
-      refresh = step // space.refresh_every
-      if space.keep_last is not None and step % space.refresh_every == 0:
-        # The logs of the refreshes whose saved features `keep_last` deleted are of no use.
-        for old in pathlib.Path(space.directory).glob("training-log-*.bin"):
-          if int(old.stem.rsplit("-", 1)[1]) <= refresh - space.keep_last:
-            old.unlink(missing_ok=True)
-      with _log_path(space.directory, refresh).open("ab") as log:
-        log.write(np.int64(step).tobytes() + indices.numpy().astype(np.int32).tobytes()
-                  + features.numpy().tobytes())
+    if space.directory is None or step <= self._logged_through:
+      return
+    self.check()
+    recorded = int(self._tap.last_step.numpy())
+    if recorded < step:
+      # The table came restored from a checkpoint: this process has no record of the step to log.
+      return
+    if recorded > step:
+      raise ValueError(
+          f"step {step} trained and the model's training calls recorded step {recorded}: from_training_step=True "
+          "needs exactly one training call of the model per step (a train step that calls it twice, or "
+          "gradient accumulation, cannot feed it).")
+    # (The directory exists: the refresh in force at `step` saved its features there.)
+    refresh = step // space.refresh_every
+    if space.keep_last is not None and step % space.refresh_every == 0:
+      # The logs of the refreshes whose saved features `keep_last` deleted are of no use.
+      for old in pathlib.Path(space.directory).glob("training-log-*.bin"):
+        if int(old.stem.rsplit("-", 1)[1]) <= refresh - space.keep_last:
+          old.unlink(missing_ok=True)
+    with _log_path(space.directory, refresh).open("ab") as log:
+      log.write(np.int64(step).tobytes() + self._tap.last_indices.numpy().astype(np.int32).tobytes()
+                + self._tap.last_features.numpy().tobytes())
+    self._logged_through = step
 
   def remember(self, steps: tf.Tensor, indices: tf.Tensor) -> tf.Operation:
     """The op of the stream's draw that keeps the indices of the batches of `steps` for their records."""
@@ -182,14 +202,14 @@ class TrainingFeatures(tf.Module):
                     self._tap.delivered_steps.scatter_nd_update(slots, steps))
 
   def snapshot(self) -> np.ndarray:
-    """The table as it is now, a copy."""
-    return self.table.numpy()
+    """The table as it is now: a read-only view that later steps do not change (they copy the table first)."""
+    return np.asarray(self.table.read_value())
 
   def reset(self, features: np.ndarray, step: int) -> None:
     """Makes `features` the table that holds every step before `step` (a full refresh's, or a replayed one)."""
     self.table.assign(features)
     self.recorded_through.assign(step - 1)
-    self._tap.recorded_calls.assign(self._tap.calls)
+    self._logged_through = step - 1
 
   def _replay(self, step: int) -> bool:
     """Rebuilds the table of the steps before `step` from the directory; whether it could.
@@ -223,20 +243,30 @@ class TrainingFeatures(tf.Module):
     return True
 
   def catch_up(self, step: int, full_refresh: bool) -> None:
-    """Makes the table hold every step before `step`: records the last one, or restores it when resumed.
+    """Makes sure the table holds every step before `step`, and logs the last one; restores it when resumed.
 
     Raises:
-      ValueError: when neither works (a resumed run without the table of its step), unless
-        `full_refresh` (a full refresh at `step` replaces the table).
+      ValueError: when a training call could not be recorded, or when the table holds another
+        step and cannot be restored (a resumed run without the table of its step, or more than
+        one training call per step), unless `full_refresh` (a full refresh at `step` replaces the
+        table).
     """
+    self.check()
     through = int(self.recorded_through.numpy())
     if through == step - 1:
+      self.log(step - 1)
       return
-    if through == step - 2:
-      self.record(step - 1)
-    elif not full_refresh and not self._replay(step):
+    if full_refresh or self._replay(step):
+      return
+    if through >= step:
       raise ValueError(
-          f"step {step} draws on features from the training step, and the table of them holds step {through}: "
-          f"the features of steps {through + 1} ... {step - 1} are not at hand. Give the ModelSpace a "
-          "directory (a resumed run rebuilds the table from it), or keep batcher.training_features in your "
-          "checkpoint; and call batcher.refresh_features(step) before every step of a custom loop.")
+          f"step {step} draws on features from the training step, and the table of them holds step {through}, "
+          "a later one: from_training_step=True needs exactly one training call of the model per step (a "
+          "train step that calls it twice, or gradient accumulation, cannot feed it), and a run that goes "
+          "back to an earlier step must restore the table too (batcher.training_features in your "
+          "checkpoint, or the ModelSpace's directory).")
+    raise ValueError(
+        f"step {step} draws on features from the training step, and the table of them holds step {through}: "
+        f"the features of steps {through + 1} ... {step - 1} are not at hand. Give the ModelSpace a "
+        "directory (a resumed run rebuilds the table from it), or keep batcher.training_features in your "
+        "checkpoint; and call batcher.refresh_features(step) before every step of a custom loop.")

@@ -13,10 +13,8 @@ step, against the 5% target.
 
 Then the features from the training step (`ModelSpace(..., from_training_step=True)`): a custom
 loop of `Importance()` on `GradientFeatures()` refreshed every 100 steps from the table the steps
-update, without a directory and with one (where the writes a resumable run makes are counted),
-against uniform training in the same process: epochs of 100 steps, uniform, importance,
-importance with a directory, uniform, ..., the first of each left out; the overhead is the ratio
-of their median epoch times minus 1.
+update, without a directory and with one, against `Uniform()` and `shuffle(N).batch(k)` in the
+same process (`_print_training_step_overhead`).
 """
 
 import os
@@ -93,57 +91,57 @@ _EPOCHS = 9
 
 
 def _print_training_step_overhead(x, y):
-  without, with_directory = _training_step_overhead(x, y)
-  print(f"features from the training step, R = 100: overhead {100 * without:.1f}% without a directory, "
-        f"{100 * with_directory:.1f}% with one (medians of {_EPOCHS - 1} epochs of 100 steps each)")
+  """Epoch times of Importance on features from the training step against uniform training, as a table.
 
-
-def _training_step_overhead(x, y):
-  """Median epoch time of Importance on features from the training step over uniform's, minus 1.
-
-  Three runs side by side: uniform; Importance without a directory; Importance with one (a
+  Four runs side by side, epochs of 100 steps in turn, the first of each left out:
+  `shuffle(N).batch(k)`; `Uniform()`; `Importance()` without a directory; and with one (a
   resumable run: each refresh's table and each step's record are written). Each trains a model
-  of its own (the tap reads every training call of its model). Returns the overheads without
-  and with the directory.
+  of its own (the tap reads every training call of its model), and reads its stream behind
+  `.prefetch(2)`, which draws the next step while this one trains. Wall-clock, and the process's
+  CPU time over all its threads: other jobs on the machine move the first much more than the
+  second.
   """
   data = tf.data.Dataset.from_tensor_slices((x, y))
+  names = ("shuffle + batch", "Uniform()", "Importance(), no directory", "Importance(), a directory")
   runs = []
-  for directory in (None, None, tempfile.mkdtemp()):
-    importance = len(runs) > 0
+  for name in names:
     model = train.deep_mnist_model()
     model.compile(optimizer=keras.optimizers.Adam(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=100,
-                                    from_training_step=True, verbose=False,
-                                    directory=directory, keep_last=2) if importance else None
-    sampler = tf_repulsive.Importance() if importance else tf_repulsive.Uniform()
+    if name == "shuffle + batch":
+      runs.append((model, None, iter(data.shuffle(len(x), seed=1).repeat().batch(_BATCH_SIZE).prefetch(2))))
+      continue
+    space = None
+    if name.startswith("Importance"):
+      space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=100,
+                                      from_training_step=True, verbose=False, keep_last=2,
+                                      directory=tempfile.mkdtemp() if name.endswith("a directory") else None)
+    sampler = tf_repulsive.Importance() if space is not None else tf_repulsive.Uniform()
     batcher = tf_repulsive.repulsive_batch(_BATCH_SIZE, sampler, seed=1, start_step=0, features=space,
                                            options=tf_repulsive.BatcherOptions(verbose=False))
-    # A prefetch after the batcher draws the next step while this one trains.
     runs.append((model, batcher, iter(data.apply(batcher).prefetch(2))))
-  # Wall-clock, and the process's CPU time over all its threads: other jobs on the machine move
-  # the first much more than the second.
   seconds, cpu_seconds = [[] for _ in runs], [[] for _ in runs]
   for epoch in range(_EPOCHS):
     for which, (model, batcher, iterator) in enumerate(runs):
       began, cpu_began = time.perf_counter(), time.process_time()
       for step in range(epoch * 100, (epoch + 1) * 100):
-        if batcher.model_space is not None:
+        if batcher is not None and batcher.model_space is not None:
           batcher.refresh_features(step)
         model.train_on_batch(*next(iterator))
       if epoch:
         seconds[which].append(time.perf_counter() - began)
         cpu_seconds[which].append(time.process_time() - cpu_began)
-  uniform_epoch, uniform_cpu = float(np.median(seconds[0])), float(np.median(cpu_seconds[0]))
-  print(f"uniform epoch of 100 steps: {uniform_epoch:.2f} s, CPU {uniform_cpu:.2f} s")
-  for name, (_, batcher, _), epochs, cpu in zip(("no directory", "a directory"), runs[1:], seconds[1:],
-                                                cpu_seconds[1:]):
-    stats = batcher.stats()
-    print(f"{name}: epoch {np.median(epochs):.2f} s ({100 * (np.median(epochs) / uniform_epoch - 1):.1f}%), "
-          f"CPU {np.median(cpu):.2f} s ({100 * (np.median(cpu) / uniform_cpu - 1):.1f}%); a refresh from the table: "
-          f"{stats.refresh_seconds / stats.refreshes:.3f} s ({stats.refreshes} refreshes), "
-          f"{100 * stats.refresh_seconds / stats.refreshes / uniform_epoch:.1f}% of an epoch")
-  return tuple(float(np.median(epochs) / uniform_epoch - 1.0) for epochs in seconds[1:])
+  wall, cpu = np.median(seconds, axis=1), np.median(cpu_seconds, axis=1)
+  print(f"Features from the training step, R = 100; medians of {_EPOCHS - 1} epochs of 100 steps each:")
+  print("| pipeline | epoch (s) | vs Uniform | vs shuffle + batch | CPU (s) | vs Uniform "
+        "| a refresh from the table (s) |")
+  print("|---|---|---|---|---|---|---|")
+  for name, (_, batcher, _), epoch_seconds, epoch_cpu in zip(names, runs, wall, cpu):
+    stats = batcher.stats() if batcher is not None else None
+    refresh = f"{stats.refresh_seconds / stats.refreshes:.3f}" if stats is not None and stats.refreshes else ""
+    print(f"| {name} | {epoch_seconds:.2f} | {100 * (epoch_seconds / wall[1] - 1):+.1f}% | "
+          f"{100 * (epoch_seconds / wall[0] - 1):+.1f}% | {epoch_cpu:.2f} | {100 * (epoch_cpu / cpu[1] - 1):+.1f}% | "
+          f"{refresh} |")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ class FeatureRefresher:
     full = space.is_full_refresh(refresh)
     due = self._installed_refresh != refresh
     if due:
-      self.finish_saving()
+      self._finish_saving()
     # Between refreshes the table needs nothing, except each step's record in the log.
     if self.training is not None and (due or at_refresh_step or space.directory is not None):
       self.training.catch_up(step, full and at_refresh_step)
@@ -117,7 +117,7 @@ class FeatureRefresher:
     return self._installed_refresh
 
   def _save_in_background(self, refresh: int, features: np.ndarray) -> None:
-    """Writes the features of `refresh` to the directory in a thread (`finish_saving` waits for it)."""
+    """Writes the features of `refresh` to the directory in a thread (`_finish_saving` waits for it)."""
     if self.space.directory is None:
       return
 
@@ -131,7 +131,7 @@ class FeatureRefresher:
     self._saving = threading.Thread(target=save, name="tf_repulsive_refresh_save")
     self._saving.start()
 
-  def finish_saving(self) -> None:
+  def _finish_saving(self) -> None:
     """Waits for the write of the last table's features, and raises what it raised."""
     if self._saving is not None:
       self._saving.join()

@@ -56,6 +56,10 @@ def _sequential(darts, points, radius, k):
   return accepted
 
 
+# The distance cache at any dimension (by default only from d = 1024 on), so 2-d tests reach it.
+CACHE_AT_ANY_DIM = _dart_throwing.DartTuning(cache_from_dim=1)
+
+
 def _plan(radius, max_darts, mingling_values=None, pi=None):
   return _dart_throwing.DartPlan(
       point_radius=radius,
@@ -69,12 +73,22 @@ def test_equals_sequential_dart_throwing_with_mixed_radii(cache_bytes, batch_siz
   points = _grid(30)
   rng = np.random.default_rng(batch_size)
   radius = rng.choice([0.0, 1.5, 2.5, 4.5], size=len(points))
-  thrower = _dart_throwing.DartThrower(points, _plan(radius, 400), batch_size, cache_bytes)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 400), batch_size, cache_bytes, tuning=CACHE_AT_ANY_DIM)
+  assert thrower._config.distance_cache == (cache_bytes > 0)
   for step in range(5):
     indices, fallback = _batch(thrower, step)
     expected = _sequential(_thrown_darts(thrower, step), points, radius, batch_size)
     assert indices[:len(expected)].tolist() == expected
     assert fallback == batch_size - len(expected)
+
+
+def test_the_distance_cache_is_built_only_from_cache_from_dim_on_and_within_its_budget():
+  # Below that dimension a lookup in the N x N matrix costs more than the product it saves.
+  rng = np.random.default_rng(0)
+  for dim, cache_bytes, built in [(1023, 2**24, False), (1024, 2**24, True), (1024, 4 * 50 * 50 - 1, False)]:
+    points = rng.normal(size=(50, dim)).astype(np.float32)
+    thrower = _dart_throwing.DartThrower(points, _plan(np.full(50, 1.0), 100), 5, cache_bytes)
+    assert thrower._config.distance_cache == built, (dim, cache_bytes)
 
 
 @pytest.fixture(params=["one_pass", "per_pair"])
@@ -110,10 +124,11 @@ def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(surv
 def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(survival_test, survivor_target,
                                                                               cache_bytes):
   # A survivor target of 4 cuts nearly every block short (its later darts are thrown again).
-  tuning = dataclasses.replace(survival_test, max_survivor_target=survivor_target)
+  tuning = dataclasses.replace(survival_test, max_survivor_target=survivor_target, cache_from_dim=1)
   points = np.concatenate([_grid(12), _grid(12)])  # every location twice, under two indices
   radius = np.full(len(points), 1.5)
   thrower = _dart_throwing.DartThrower(points, _plan(radius, 200), 20, cache_bytes, tuning=tuning)
+  assert thrower._config.distance_cache == (cache_bytes > 0)
   for step in range(0, 40, 3):
     expected = _sequential(_thrown_darts(thrower, step), points, radius, 20)
     indices, fallback = _batch(thrower, step)
@@ -249,7 +264,8 @@ def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension(surviv
   radius = float(np.quantile(distances[np.triu_indices(400, 1)], 0.02))
   for cache_bytes in (0, 2**24):
     thrower = _dart_throwing.DartThrower(points, _plan(np.full(400, radius), 2000), 30, cache_bytes,
-                                         tuning=survival_test)
+                                         tuning=dataclasses.replace(survival_test, cache_from_dim=1))
+    assert thrower._config.distance_cache == (cache_bytes > 0)
     for step in range(10):
       indices = _batch(thrower, step)[0]
       chosen = distances[np.ix_(indices, indices)] + np.diag(np.full(30, np.inf))

@@ -174,7 +174,7 @@ def test_a_refresh_estimates_the_probabilities_on_its_features(tmp_path):
     # per draw as a model-space stream draws).
     drawer = sampler.build(tf_repulsive.SamplingContext(
         features=tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y, verbose=False),
-        labels=None, batch_size=BATCH, distance_cache_bytes=2**24, max_steps_per_draw=1))
+        labels=None, batch_size=BATCH, distance_cache_bytes=0, max_steps_per_draw=1))
     key = tf.constant([SEED, _inclusion_weights.INCLUSION_SALT], tf.int64)  # pylint: disable=protected-access
     np.testing.assert_allclose(batcher.inclusion_probabilities, drawer.inclusion_probabilities(key, False),
                                rtol=1e-6)

@@ -45,7 +45,7 @@ def _reference_batches(sampler, features, labels, steps):
   """The draws of `steps` with a drawer built on `features` (what a refresh builds), by the public contract."""
   drawer = sampler.build(tf_repulsive.SamplingContext(
       features=features, labels=labels if sampler.needs_labels else None, batch_size=BATCH,
-      distance_cache_bytes=2**24, max_steps_per_draw=1))
+      distance_cache_bytes=0, max_steps_per_draw=1))
   per_draw = drawer.steps_per_draw
   draw = tf.function(drawer.draw)
   key = tf.constant([SEED, _pipeline._KEY_SALT], tf.int64)  # pylint: disable=protected-access
@@ -296,6 +296,32 @@ class _CountingEmbedding(tf_repulsive.EmbeddingFeatures):
   def features_fn(self, model):
     self.passes.append(1)
     return super().features_fn(model)
+
+
+class _RecordingVanillaPDS(tf_repulsive.VanillaPDS):
+  """Vanilla PDS that keeps the distance cache budget of every context it is built against."""
+
+  def build(self, context):
+    self.budgets.append(context.distance_cache_bytes)
+    return super().build(context)
+
+
+def test_a_model_space_batcher_never_builds_the_distance_cache():
+  # A refresh would compute the N x N matrix again every R steps.
+  x, y = _data()
+  model = _model()
+  sampler = _RecordingVanillaPDS()
+  object.__setattr__(sampler, "budgets", [])
+  space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), refresh_every=2, verbose=False)
+  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, features=space,
+                                         options=tf_repulsive.BatcherOptions(distance_cache_bytes=2**30, verbose=False))
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  model.train_on_batch(x[:BATCH], y[:BATCH])
+  batcher.refresh_features(2)
+  assert sampler.budgets == [0, 0]
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(tf_repulsive.repulsive_batch(
+      BATCH, sampler, seed=SEED, options=tf_repulsive.BatcherOptions(distance_cache_bytes=2**30, verbose=False)))
+  assert sampler.budgets[-1] == 2**30
 
 
 def test_the_first_refresh_of_an_unchanged_model_reuses_the_build_pass():

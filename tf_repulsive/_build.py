@@ -159,7 +159,10 @@ def build_drawer(config: Config, features: np.ndarray, labels: np.ndarray | None
   """The sampler's drawer for these features (replacing `previous`), checked against the contract."""
   return _drawers.build(config.sampler, _contract.SamplingContext(
       features=features, labels=labels, batch_size=config.batch_size,
-      distance_cache_bytes=config.options.distance_cache_bytes, verbose=config.options.verbose,
+      # A refresh would compute the N x N matrix again (N^2 d work every R steps): more than
+      # its lookups save in R steps.
+      distance_cache_bytes=config.options.distance_cache_bytes if config.space is None else 0,
+      verbose=config.options.verbose,
       max_steps_per_draw=_MOST_STEPS_PER_DRAW if config.space is None else 1), previous)
 
 

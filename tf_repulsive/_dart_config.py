@@ -97,6 +97,10 @@ class DartTuning:
     center_row_block: rows centred per numpy step: float64 work in blocks keeps the peak at one
       float32 copy.
     cache_row_block: rows of the distance cache computed per product.
+    cache_from_dim: the distance cache is built only from this feature dimension on. A lookup
+      in an N x N matrix larger than the processor's caches waits on memory, about as long as a
+      product of length 1,000-2,000 takes; below that the products are cheaper, and the stream
+      is faster without the cache.
     inclusion_steps: steps whose draws estimate the inclusion probabilities
       (`DartThrower.inclusion_probabilities`).
     inclusion_cells: bound on the cells of one `[S, k, points]` conflict matrix of that estimate.
@@ -114,6 +118,7 @@ class DartTuning:
   fill_extra_candidates: int = 64
   center_row_block: int = 16384
   cache_row_block: int = 1024
+  cache_from_dim: int = 1024
   inclusion_steps: int = 256
   inclusion_cells: int = 2**24
 

@@ -75,10 +75,10 @@ def prepare(features: np.ndarray, plan: DartPlan, tuning: DartTuning, distance_c
   Args:
     features: `[N, d]` float array; distances are Euclidean in this space.
     plan: the sampler's resolved plan.
-    tuning: the thrower's tuning (`center_row_block`, `cache_row_block`).
+    tuning: the thrower's tuning (`center_row_block`, `cache_row_block`, `cache_from_dim`).
     distance_cache_bytes: when the `[N, N]` float32 matrix of squared distances fits in this
-      many bytes, it is computed here once and disk tests look distances up (O(k^2) per batch
-      instead of O(k^2 d)).
+      many bytes and d >= `tuning.cache_from_dim`, it is computed here once and disk tests look
+      distances up (O(k^2) per batch instead of O(k^2 d)).
     verbose: show a progress bar if computing that matrix takes more than about 2 s.
 
   Returns:
@@ -142,7 +142,7 @@ def prepare(features: np.ndarray, plan: DartPlan, tuning: DartTuning, distance_c
         state, point_radius=tf.constant(radius),
         # One radius for all points (Vanilla, Dense, Anneal) needs no per-pair minimum.
         uniform_radius=float(radius[0]) if np.all(radius == radius[0]) else None)
-    if 4 * num_points * num_points <= distance_cache_bytes:
+    if dim >= tuning.cache_from_dim and 4 * num_points * num_points <= distance_cache_bytes:
       state = dataclasses.replace(state, sq_distances=_pairwise_sq_distances(state, tuning.cache_row_block, verbose))
   return _with_dart_tables(state, plan), one_disk_radius
 

@@ -43,8 +43,8 @@ class DartThrower(BatchDrawer):
       plan: the sampler's resolved plan.
       batch_size: k, the number of distinct points in a batch (<= N).
       distance_cache_bytes: when the `[N, N]` float32 matrix of squared distances fits in this
-        many bytes, it is computed here once and disk tests look distances up (O(k^2) per batch
-        instead of O(k^2 d)).
+        many bytes and d >= `tuning.cache_from_dim`, it is computed here once and disk tests look
+        distances up (O(k^2) per batch instead of O(k^2 d)).
       verbose: show a progress bar if computing that matrix takes more than about 2 s.
       max_steps_per_draw: the most steps one draw covers (`steps_per_draw`).
       tuning: block sizes and thresholds.

@@ -24,8 +24,10 @@ class BatcherOptions:
     max_elements: the most elements the build reads. More raises: the bound guards an input of
       unknown size.
     distance_cache_bytes: memory for the N x N float32 matrix of squared distances. When it
-      fits, the build computes it once and each disk test looks distances up. Otherwise each
-      batch computes its distances from the features. 0 turns the cache off.
+      fits and the features have 1,024 dimensions or more, the build computes it once and each
+      disk test looks distances up. Otherwise each batch computes its distances from the
+      features, which costs less than the lookups in fewer dimensions. A `ModelSpace` batcher
+      never builds it: each refresh would compute it again. 0 turns the cache off.
     data_dir: a directory for the arrays the stream draws from, written as memory-mapped files
       named by the hash of their content. The stream's graph then names the files and stays a
       few KB at any N: the form to ship to tf.data service. Every process that runs the stream

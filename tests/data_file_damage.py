@@ -9,6 +9,14 @@ import os
 
 import numpy as np
 
+import tf_repulsive
+from tf_repulsive import _dart_config
+
+
+class VanillaPDSWithCache(tf_repulsive.VanillaPDS):
+  """Vanilla PDS with its distance cache, a table of the sampler's own, at any dimension (by default from d = 1024)."""
+  _tuning = _dart_config.DartTuning(cache_from_dim=1)
+
 
 def damage(path, how):
   """Damages the file `path` in place (its length kept); returns its bytes before."""
@@ -32,7 +40,8 @@ def file_of(batcher, array):
 def files_by_kind(batcher):
   """The files of the elements, of the feature vectors (2 x, `features=`), and of the sampler's distance cache."""
   x = batcher.elements[0]
-  return {"elements": file_of(batcher, x), "features": file_of(batcher, 2.0 * x),
-          "table": max(batcher.data_files, key=os.path.getsize)}
+  files = {"elements": file_of(batcher, x), "features": file_of(batcher, 2.0 * x)}
+  tables = [path for path in batcher.data_files if path not in files.values()]
+  return {**files, "table": max(tables, key=os.path.getsize)}
 
 

@@ -19,6 +19,7 @@ import tensorflow as tf
 from sklearn import datasets as sk_datasets
 
 import tf_repulsive
+from data_file_damage import VanillaPDSWithCache
 from data_file_damage import damage
 from data_file_damage import files_by_kind
 
@@ -99,7 +100,7 @@ def service(output):
   os.rename(victim + ".moved", victim)
   # Files of the right length with other bytes: the check of the contents names them, and so does
   # the workers' first draw.
-  damaged = batcher_for(tf_repulsive.VanillaPDS(), data_dir=os.path.join(os.path.dirname(output), "damaged"),
+  damaged = batcher_for(VanillaPDSWithCache(), data_dir=os.path.join(os.path.dirname(output), "damaged"),
                         features=lambda x, y, index: 2.0 * x)
   damaged_stream = large_dataset().apply(damaged)
   results["damaged_check_before"] = np.array(_check_error(damaged, dispatcher.target, contents=True))

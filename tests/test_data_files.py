@@ -15,6 +15,7 @@ from sklearn import datasets as sk_datasets
 
 import tf_repulsive
 from data_file_damage import damage
+from data_file_damage import VanillaPDSWithCache
 from data_file_damage import files_by_kind
 from tf_repulsive import _data_file_checks
 from tf_repulsive import _data_files
@@ -284,7 +285,7 @@ def test_dict_and_multi_input_elements_by_reference_are_the_drawn_elements(tmp_p
 def _build_with_features(data_dir):
   """A batcher whose feature vectors have a file of their own; each new iterator starts at step 0."""
   batcher = tf_repulsive.repulsive_batch(
-      BATCH, tf_repulsive.VanillaPDS(), features=lambda x, y, index: 2.0 * x, labels=lambda x, y, index: y, seed=11,
+      BATCH, VanillaPDSWithCache(), features=lambda x, y, index: 2.0 * x, labels=lambda x, y, index: y, seed=11,
       options=tf_repulsive.BatcherOptions(data_dir=data_dir, verbose=False))
   stream = _digits().apply(batcher)
 

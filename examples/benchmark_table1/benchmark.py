@@ -104,7 +104,7 @@ def table_a(config: Config) -> None:
     if name in PAPER_SECONDS:
       print(f"{'  paper':12}" + "".join(f"{PAPER_SECONDS[name].get(k, float('nan')):>22.4f}" for k in config.sizes))
   # KDPP's default RBF bandwidth is the median pairwise distance, twice PDS's default radius.
-  reference = dppy_seconds_per_batch(features, 2 * stats["PDS"].radius, config.sizes,
+  reference = dppy_seconds_per_batch(features, 2 * stats["PDS"].report["radius"], config.sizes,
                                      max(1, config.batches // 4), config.seed)
   if reference is None:
     print("(dppy not installed: no outside reference row)")

@@ -9,14 +9,6 @@ import os
 
 import numpy as np
 
-import tf_repulsive
-from tf_repulsive import _dart_config
-
-
-class VanillaPDSWithCache(tf_repulsive.VanillaPDS):
-  """Vanilla PDS with its distance cache, a table of the sampler's own, at any dimension (by default from d = 1024)."""
-  _tuning = _dart_config.DartTuning(cache_from_dim=1)
-
 
 def damage(path, how):
   """Damages the file `path` in place (its length kept); returns its bytes before."""

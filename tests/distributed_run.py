@@ -19,7 +19,7 @@ import tensorflow as tf
 from sklearn import datasets as sk_datasets
 
 import tf_repulsive
-from data_file_damage import VanillaPDSWithCache
+from cached_samplers import VanillaPDSWithCache
 from data_file_damage import damage
 from data_file_damage import files_by_kind
 

@@ -15,7 +15,7 @@ from sklearn import datasets as sk_datasets
 
 import tf_repulsive
 from data_file_damage import damage
-from data_file_damage import VanillaPDSWithCache
+from cached_samplers import VanillaPDSWithCache
 from data_file_damage import files_by_kind
 from tf_repulsive import _data_file_checks
 from tf_repulsive import _data_files
@@ -83,7 +83,8 @@ def test_the_graph_by_reference_does_not_grow_with_n(tmp_path):
 
 
 def test_an_iterator_checkpoint_by_reference_holds_no_array_and_restores(tmp_path):
-  batcher, stream = _build(tf_repulsive.AnnealPDS(), tmp_path / "data")
+  # 20,000 points: the files (2.6 MB of features) outweigh the batches a checkpoint holds.
+  batcher, stream = _build(tf_repulsive.AnnealPDS(), tmp_path / "data", dataset=_gaussian(20000))
   iterator = iter(stream)
   for _ in range(5):
     next(iterator)
@@ -93,7 +94,7 @@ def test_an_iterator_checkpoint_by_reference_holds_no_array_and_restores(tmp_pat
   # (What it holds is the stream's position and the prefetched batches.)
   assert saved < sum(os.path.getsize(path) for path in batcher.data_files) / 4
   # A new pipeline of the same batcher settings (the files are found, not written again).
-  _, rebuilt = _build(tf_repulsive.AnnealPDS(), tmp_path / "data")
+  _, rebuilt = _build(tf_repulsive.AnnealPDS(), tmp_path / "data", dataset=_gaussian(20000))
   restored = iter(rebuilt)
   tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
   np.testing.assert_array_equal(np.stack([next(restored)[2].numpy() for _ in range(7)]),

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tf_repulsive
+from cached_samplers import VanillaPDSWithCache
 from conftest import pairwise_distances
 from tf_repulsive import _reading
 from tf_repulsive import _progress
@@ -220,7 +221,7 @@ def _generated(size):
 @pytest.mark.parametrize("sampler, shown", [
     (tf_repulsive.Uniform(), ["reading the dataset"]),
     (tf_repulsive.EasyPDS(), ["reading the dataset", "mingling values"]),
-    (tf_repulsive.VanillaPDS(), ["reading the dataset", "distance cache"]),
+    (VanillaPDSWithCache(), ["reading the dataset", "distance cache"]),
     (tf_repulsive.KDPP(), ["reading the dataset", "k-DPP kernel and eigendecomposition (300 x 300)"])])
 def test_long_one_time_work_shows_progress_unless_verbose_is_false(monkeypatch, capsys, sampler, shown):
   # Everything here is fast; without the delay every step counts as long.

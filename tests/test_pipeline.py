@@ -10,8 +10,9 @@ import tensorflow as tf
 from scipy import stats
 
 import tf_repulsive
+from cached_samplers import EasyPDSWithCache
+from cached_samplers import VanillaPDSWithCache
 from conftest import pairwise_distances
-from tf_repulsive import _dart_config
 
 
 def _digits_pipeline(digits, sampler, batch_size=50, seed=0, size=None, start_step=0, **options):
@@ -54,18 +55,6 @@ def test_batches_hold_distinct_dataset_elements(digits, make_sampler):
     np.testing.assert_array_equal(y, labels[index])
 
 
-# The distance cache at any dimension (by default only from d = 1024 on), so the digits reach it.
-_CACHE_AT_ANY_DIM = _dart_config.DartTuning(cache_from_dim=1)
-
-
-class _CachedVanillaPDS(tf_repulsive.VanillaPDS):
-  _tuning = _CACHE_AT_ANY_DIM
-
-
-class _CachedEasyPDS(tf_repulsive.EasyPDS):
-  _tuning = _CACHE_AT_ANY_DIM
-
-
 def _assert_cache(batcher, built):
   assert (batcher.drawer._state.sq_distances is not None) == built  # pylint: disable=protected-access
 
@@ -73,7 +62,7 @@ def _assert_cache(batcher, built):
 # With the distance cache the disk tests look distances up; without it they compute Gram blocks.
 @pytest.mark.parametrize("distance_cache_bytes", [2**29, 0])
 def test_vanilla_batches_keep_the_minimum_distance(digits, distance_cache_bytes):
-  batcher, batches = _digits_pipeline(digits, _CachedVanillaPDS(), distance_cache_bytes=distance_cache_bytes)
+  batcher, batches = _digits_pipeline(digits, VanillaPDSWithCache(), distance_cache_bytes=distance_cache_bytes)
   _assert_cache(batcher, distance_cache_bytes > 0)
   radius = batcher.stats().report["radius"]
   assert radius > 0
@@ -267,7 +256,7 @@ def test_a_radius_too_large_for_the_batch_warns_at_build_time(digits):
 
 @pytest.mark.parametrize("distance_cache_bytes", [2**29, 0])
 def test_batch_indices_recomputes_what_the_pipeline_drew(digits, distance_cache_bytes):
-  batcher, batches = _digits_pipeline(digits, _CachedEasyPDS(), distance_cache_bytes=distance_cache_bytes)
+  batcher, batches = _digits_pipeline(digits, EasyPDSWithCache(), distance_cache_bytes=distance_cache_bytes)
   _assert_cache(batcher, distance_cache_bytes > 0)
   for step, (_, _, index) in enumerate(batches.take(40).as_numpy_iterator()):
     np.testing.assert_array_equal(batcher.batch_indices(step), index)

@@ -91,6 +91,23 @@ class Timed:
     return 1.0 / self.per_batch[style]
 
 
+def graph_rounds(timed, rounds, seconds):
+  """Graph-loop batches/s and process CPU seconds per batch of each `Timed` reader, in alternating rounds.
+
+  Returns `{name: [batches/s per round]}` and `{name: [CPU s per batch per round]}`; the CPU time
+  counts every thread of the process.
+  """
+  rates = {name: [] for name in timed}
+  cpu = {name: [] for name in timed}
+  for _ in range(rounds):
+    for name, reader in timed.items():
+      start = time.process_time()
+      count = max(3, int(seconds / reader.per_batch["graph"]))  # what `rate` reads
+      rates[name].append(reader.rate("graph", seconds))
+      cpu[name].append((time.process_time() - start) / count)
+  return rates, cpu
+
+
 def reuse_mingling_values():
   """Makes the samplers' mingling search return what it found before for the same features, labels and settings."""
   search, found = _mingling.mingling_values, {}

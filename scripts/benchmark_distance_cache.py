@@ -13,7 +13,6 @@ package builds the cache from d = `DartTuning.cache_from_dim` on.
 """
 
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -28,6 +27,7 @@ from scripts.benchmark_batch_sizes import _DATA  # noqa: E402
 from scripts.benchmark_batch_sizes import _NUM_POINTS  # noqa: E402
 from scripts.benchmark_batch_sizes import _ROUNDS  # noqa: E402
 from scripts.benchmark_batch_sizes import _SECONDS  # noqa: E402
+from scripts.benchmark_batch_sizes import graph_rounds  # noqa: E402
 from scripts.benchmark_batch_sizes import Timed  # noqa: E402
 from scripts.benchmark_data import dataset  # noqa: E402
 from tf_repulsive import _dart_config  # noqa: E402
@@ -58,14 +58,7 @@ def main(argv):
         pipelines[name] = source.apply(batcher)
         batcher.start_at(0)
       timed = {name: Timed(pipeline) for name, pipeline in pipelines.items()}
-      rates = {name: [] for name in timed}
-      cpu = {name: [] for name in timed}
-      for _ in range(_ROUNDS.value):
-        for name, reader in timed.items():
-          start = time.process_time()
-          count = max(3, int(_SECONDS.value / reader.per_batch["graph"]))  # what `rate` reads
-          rates[name].append(reader.rate("graph", _SECONDS.value))
-          cpu[name].append((time.process_time() - start) / count)
+      rates, cpu = graph_rounds(timed, _ROUNDS.value, _SECONDS.value)
       cells = []
       for name in timed:
         ratio = np.median(np.asarray(rates[name]) / np.asarray(rates["shuffle"]))

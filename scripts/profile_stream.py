@@ -23,7 +23,6 @@ import glob
 import os
 import re
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -41,6 +40,7 @@ from scripts.benchmark_batch_sizes import _RADIUS  # noqa: E402
 from scripts.benchmark_batch_sizes import _ROUNDS  # noqa: E402
 from scripts.benchmark_batch_sizes import _SAMPLERS_BY_NAME  # noqa: E402
 from scripts.benchmark_batch_sizes import _SECONDS  # noqa: E402
+from scripts.benchmark_batch_sizes import graph_rounds  # noqa: E402
 from scripts.benchmark_batch_sizes import Timed  # noqa: E402
 from scripts.benchmark_data import dataset  # noqa: E402
 from tf_repulsive import _drawers  # noqa: E402
@@ -126,14 +126,7 @@ def main(argv):
     if owner is not None:
       owner.start_at(0)
     timed[name] = Timed(pipeline)
-  rates = {name: [] for name in timed}
-  cpu = {name: [] for name in timed}
-  for _ in range(_ROUNDS.value):
-    for name, reader in timed.items():
-      start = time.process_time()
-      count = max(3, int(_SECONDS.value / reader.per_batch["graph"]))  # what `rate` reads
-      rates[name].append(reader.rate("graph", _SECONDS.value))
-      cpu[name].append((time.process_time() - start) / count)
+  rates, cpu = graph_rounds(timed, _ROUNDS.value, _SECONDS.value)
   print(f"{_DATA.value[0]}: N = {len(features)}, d = {features.shape[1]}, k = {k}, {_SAMPLER.value}, radius "
         f"{batcher.stats().report.get('radius', '-')}; graph loop, {_ROUNDS.value} rounds of ~{_SECONDS.value:g} s")
   print("| pipeline | batches/s | ratio | CPU us per batch |\n|---|---|---|---|")

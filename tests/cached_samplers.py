@@ -6,12 +6,12 @@ By default the build makes the cache only from d = 1024 on (`DartTuning.cache_fr
 import tf_repulsive
 from tf_repulsive import _dart_config
 
-_CACHE_AT_ANY_DIM = _dart_config.DartTuning(cache_from_dim=1)
+CACHE_AT_ANY_DIM = _dart_config.DartTuning(cache_from_dim=1)
 
 
 class VanillaPDSWithCache(tf_repulsive.VanillaPDS):
-  _tuning = _CACHE_AT_ANY_DIM
+  _tuning = CACHE_AT_ANY_DIM
 
 
 class EasyPDSWithCache(tf_repulsive.EasyPDS):
-  _tuning = _CACHE_AT_ANY_DIM
+  _tuning = CACHE_AT_ANY_DIM

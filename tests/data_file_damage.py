@@ -30,7 +30,7 @@ def file_of(batcher, array):
 
 
 def files_by_kind(batcher):
-  """The files of the elements, of the feature vectors (2 x, `features=`), and of the sampler's distance cache."""
+  """The files of the elements, of the feature vectors (2 x, `features=`), and the sampler's largest table."""
   x = batcher.elements[0]
   files = {"elements": file_of(batcher, x), "features": file_of(batcher, 2.0 * x)}
   tables = [path for path in batcher.data_files if path not in files.values()]

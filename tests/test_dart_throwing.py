@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
+from cached_samplers import CACHE_AT_ANY_DIM
 from tf_repulsive import _dart_blocks
 from tf_repulsive import _dart_throwing
 
@@ -54,10 +55,6 @@ def _sequential(darts, points, radius, k):
       continue
     accepted.append(int(dart))
   return accepted
-
-
-# The distance cache at any dimension (by default only from d = 1024 on), so 2-d tests reach it.
-CACHE_AT_ANY_DIM = _dart_throwing.DartTuning(cache_from_dim=1)
 
 
 def _plan(radius, max_darts, mingling_values=None, pi=None):

@@ -14,8 +14,8 @@ import tensorflow as tf
 from sklearn import datasets as sk_datasets
 
 import tf_repulsive
-from data_file_damage import damage
 from cached_samplers import VanillaPDSWithCache
+from data_file_damage import damage
 from data_file_damage import files_by_kind
 from tf_repulsive import _data_file_checks
 from tf_repulsive import _data_files

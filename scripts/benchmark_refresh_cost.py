@@ -13,8 +13,10 @@ step, against the 5% target.
 
 Then the features from the training step (`ModelSpace(..., from_training_step=True)`): a custom
 loop of `Importance()` on `GradientFeatures()` refreshed every 100 steps from the table the steps
-update, without a directory and with one, against `Uniform()` and `shuffle(N).batch(k)` in the
-same process (`_print_training_step_overhead`).
+update, without a directory and with one, and of `ImportancePDS()` (radius "auto") with one,
+against `Uniform()` and `shuffle(N).batch(k)` in the same process (`_print_training_step_overhead`);
+then `ImportancePDS()`'s build on the last table with the radius searched from scratch and from
+where the last refresh's search ended.
 """
 
 import os
@@ -102,7 +104,8 @@ def _print_training_step_overhead(x, y):
   second.
   """
   data = tf.data.Dataset.from_tensor_slices((x, y))
-  names = ("shuffle + batch", "Uniform()", "Importance(), no directory", "Importance(), a directory")
+  names = ("shuffle + batch", "Uniform()", "Importance(), no directory", "Importance(), a directory",
+           "ImportancePDS(), a directory")
   runs = []
   for name in names:
     model = train.deep_mnist_model()
@@ -116,7 +119,8 @@ def _print_training_step_overhead(x, y):
       space = tf_repulsive.ModelSpace(model, tf_repulsive.GradientFeatures(), refresh_every=100,
                                       from_training_step=True, verbose=False, keep_last=2,
                                       directory=tempfile.mkdtemp() if name.endswith("a directory") else None)
-    sampler = tf_repulsive.Importance() if space is not None else tf_repulsive.Uniform()
+    sampler = (tf_repulsive.Uniform() if space is None else tf_repulsive.ImportancePDS()
+               if name.startswith("ImportancePDS") else tf_repulsive.Importance())
     batcher = tf_repulsive.repulsive_batch(_BATCH_SIZE, sampler, seed=1, start_step=0, features=space,
                                            options=tf_repulsive.BatcherOptions(verbose=False))
     runs.append((model, batcher, iter(data.apply(batcher).prefetch(2))))
@@ -142,6 +146,22 @@ def _print_training_step_overhead(x, y):
     print(f"| {name} | {epoch_seconds:.2f} | {100 * (epoch_seconds / wall[1] - 1):+.1f}% | "
           f"{100 * (epoch_seconds / wall[0] - 1):+.1f}% | {epoch_cpu:.2f} | {100 * (epoch_cpu / cpu[1] - 1):+.1f}% | "
           f"{refresh} |")
+  _print_radius_search(runs[-1][1])
+
+
+def _print_radius_search(batcher):
+  """`ImportancePDS()`'s build on the last table: the radius searched from scratch, and from where it ended."""
+  features = batcher.training_features.snapshot()
+  point = int(batcher.training_features.radius_search.numpy()[1])
+  seconds = {}
+  for start in (None, point) * 3:
+    context = tf_repulsive.SamplingContext(features=features, labels=None, batch_size=_BATCH_SIZE,
+                                           distance_cache_bytes=0, max_steps_per_draw=1, radius_search_start=start)
+    began = time.perf_counter()
+    tf_repulsive.ImportancePDS().build(context)
+    seconds.setdefault(start, []).append(time.perf_counter() - began)
+  print(f"ImportancePDS() build on the last table (d = {features.shape[1]}), medians of 3: radius searched from "
+        f"scratch {np.median(seconds[None]):.3f} s, from where the last search ended {np.median(seconds[point]):.3f} s")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def calibration_seconds(batcher, rounds=3):
   times = []
   for _ in range(rounds):
     start = time.perf_counter()
-    _radius.calibrate(drawer.count_fills, drawer._plan.max_darts, drawer._config.batch_size, verbose=False)
+    _radius.calibrated_scale(drawer.count_fills, drawer._plan.max_darts, drawer._config.batch_size, verbose=False)
     times.append(time.perf_counter() - start)
   return float(np.median(times))
 

@@ -105,7 +105,7 @@ def main(argv):
       seconds, batcher, stream = _build(x, y, k, sampler_name, radius)
       again = _build(x, y, k, sampler_name, radius, seed=2)[0]
       drawer = batcher.drawer
-      calibration = (_median_seconds(lambda: _radius.calibrate(
+      calibration = (_median_seconds(lambda: _radius.calibrated_scale(
           drawer.count_fills, drawer._plan.max_darts, drawer._config.batch_size, verbose=False), 3)
           if radius == "auto" else None)
       mingling = (_median_seconds(lambda: _mingling.mingling_values(x, y.astype(np.int64), 5), 2)

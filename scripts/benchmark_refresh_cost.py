@@ -14,9 +14,7 @@ step, against the 5% target.
 Then the features from the training step (`ModelSpace(..., from_training_step=True)`): a custom
 loop of `Importance()` on `GradientFeatures()` refreshed every 100 steps from the table the steps
 update, without a directory and with one, and of `ImportancePDS()` (radius "auto") with one,
-against `Uniform()` and `shuffle(N).batch(k)` in the same process (`_print_training_step_overhead`);
-then `ImportancePDS()`'s radius search on the last table, from scratch and from where the last
-refresh's search ended.
+against `Uniform()` and `shuffle(N).batch(k)` in the same process (`_print_training_step_overhead`).
 """
 
 import os
@@ -34,7 +32,6 @@ import tensorflow as tf  # noqa: E402
 from examples.mnist_deep import train  # noqa: E402
 from scripts.benchmark_data import mnist_like  # noqa: E402
 import tf_repulsive  # noqa: E402
-from tf_repulsive import _radius  # noqa: E402
 
 _NUM_POINTS = flags.DEFINE_integer("num_points", 60000, "N.")
 _STEPS = flags.DEFINE_integer("steps", 200, "Uniform training steps timed (after a warm-up epoch of the same).")
@@ -147,30 +144,6 @@ def _print_training_step_overhead(x, y):
     print(f"| {name} | {epoch_seconds:.2f} | {100 * (epoch_seconds / wall[1] - 1):+.1f}% | "
           f"{100 * (epoch_seconds / wall[0] - 1):+.1f}% | {epoch_cpu:.2f} | {100 * (epoch_cpu / cpu[1] - 1):+.1f}% | "
           f"{refresh} |")
-  _print_radius_search(runs[-1][1])
-
-
-def _print_radius_search(batcher):
-  """The radius search of `ImportancePDS()` on the batcher's last table: from scratch, and from where the last ended.
-
-  The search alone (its test draws), 5 rounds alternating, and the build around it.
-  """
-  features = batcher.training_features.snapshot()
-  point = int(batcher.training_features.radius_search.numpy()[1])
-  context = tf_repulsive.SamplingContext(features=features, labels=None, batch_size=_BATCH_SIZE,
-                                         distance_cache_bytes=0, max_steps_per_draw=1)
-  began = time.perf_counter()
-  drawer = tf_repulsive.ImportancePDS().build(context)
-  build = time.perf_counter() - began
-  searches = {None: [], point: []}
-  for _ in range(5):
-    for start in searches:
-      began = time.perf_counter()
-      _radius.calibrate(drawer.count_fills, drawer._plan.max_darts, _BATCH_SIZE, False, start=start)  # pylint: disable=protected-access
-      searches[start].append(time.perf_counter() - began)
-  print(f"ImportancePDS() on the last table (d = {features.shape[1]}): build {build:.3f} s; its radius search, "
-        f"medians of 5: from scratch {np.median(searches[None]):.3f} s, from where the last refresh's search "
-        f"ended {np.median(searches[point]):.3f} s")
 
 
 if __name__ == "__main__":

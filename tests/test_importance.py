@@ -231,17 +231,6 @@ def test_marginals_draw_each_element_as_often_as_the_disks_with_no_repulsion():
   assert sum(close_pairs(reference.batch_indices(step)) for step in range(20)) == 0
 
 
-def test_marginals_of_an_auto_radius_search_it_as_the_disks_do_and_from_the_same_start():
-  x = np.random.default_rng(0).normal(size=[400, 2]).astype(np.float32)
-  disks = tf_repulsive.VanillaPDS(radius="auto")
-  for start in (None, 3, 30):
-    context = tf_repulsive.SamplingContext(features=x, labels=None, batch_size=10, distance_cache_bytes=0,
-                                           radius_search_start=start)
-    alone, marginals = disks.build(context), tf_repulsive.Marginals(disks).build(context)
-    assert marginals.radius_search_point == alone.radius_search_point is not None
-    assert marginals.report["radius"] == alone.report["radius"]
-
-
 def test_marginals_refuse_a_sampler_without_inclusion_probabilities():
   batcher = tf_repulsive.repulsive_batch(4, tf_repulsive.Marginals(tf_repulsive.AnnealPDS()), seed=0, start_step=0)
   x, y = np.random.default_rng(0).normal(size=[60, 2]).astype(np.float32), np.arange(60) % 3

@@ -1,14 +1,11 @@
 """radius="auto": the largest radius at which the darts fill the batch, calibrated on the data."""
 
-import hypothesis
-from hypothesis import strategies as st
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_repulsive
 from tf_repulsive import _dart_throwing
-from tf_repulsive import _radius
 from conftest import check_auto_radius
 from conftest import draw_steps
 
@@ -109,74 +106,3 @@ def test_no_disk_fits_gives_radius_zero_and_distinct_points():
 def test_bad_radius_says_what_it_may_be(radius, error, message):
   with pytest.raises(error, match=message):
     tf_repulsive.VanillaPDS(radius=radius)
-
-
-_POINTS = 33  # the search grid: scales 0, 1/16, ..., 2
-
-
-def _fake_count_fills(fits, tested):
-  """`count_fills` of a calibration whose search batches fill exactly at the grid points `fits` marks.
-
-  The search's tests (16 steps) are recorded in `tested`; the full-budget checks (32 steps)
-  always pass.
-  """
-  def count_fills(scale, key, steps, max_darts):
-    del key, max_darts
-    if steps == _radius.CHECK_STEPS:
-      return 0
-    point = round(scale * 16)
-    assert abs(point - scale * 16) < 1e-9, "the search tests points of its grid"
-    tested.append(point)
-    return 0 if fits[point] else 1
-  return count_fills
-
-
-def _calibrated(fits, start=None):
-  tested = []
-  calibration = _radius.calibrate(_fake_count_fills(fits, tested), max_darts=256, batch_size=10, verbose=False,
-                                  start=start)
-  return calibration, tested
-
-
-def _ends_on_an_edge(fits, point, tested):
-  """Where a search must end: a point that fits (0 always does) whose upper neighbour does not (or the top)."""
-  return (point == 0 or point in tested) and fits[point] and (
-      point == _POINTS - 1 or (point + 1 in tested and not fits[point + 1]))
-
-
-@hypothesis.settings(max_examples=300, deadline=None)
-@hypothesis.given(st.lists(st.booleans(), min_size=_POINTS - 1, max_size=_POINTS - 1),
-                  st.one_of(st.none(), st.integers(0, _POINTS - 1)))
-def test_a_radius_search_ends_on_a_tested_edge_and_a_search_from_its_end_ends_there_after_two_tests(fits, start):
-  # Any outcome of the tests, also where a larger radius fits and a smaller one does not: the
-  # batches' fills are random, and need not be monotone in the radius.
-  fits = [True] + fits
-  calibration, tested = _calibrated(fits, start)
-  point = calibration.search_point
-  assert _ends_on_an_edge(fits, point, tested), (point, tested)
-  assert calibration.scale == pytest.approx(0.9 * point / 16)
-  assert len(tested) <= 12
-  # What makes a tracked radius exact on resume: a search that starts where one ended ends there
-  # again, whichever search (from scratch, or from the refresh before) got there first.
-  again, tested_again = _calibrated(fits, start=point)
-  assert again == calibration
-  assert len(tested_again) <= 2
-
-
-@hypothesis.settings(max_examples=100, deadline=None)
-@hypothesis.given(st.integers(0, _POINTS - 1), st.integers(0, _POINTS - 1))
-def test_where_fills_grow_with_the_radius_every_search_finds_the_largest_point_that_fits(largest, start):
-  fits = [point <= largest for point in range(_POINTS)]
-  assert _calibrated(fits)[0].search_point == largest
-  assert _calibrated(fits, start)[0].search_point == largest
-
-
-def test_a_search_from_scratch_bisects_the_grid():
-  # The radius "auto" gave before searches could start elsewhere: a test of scale 1, then four
-  # halvings of [0, 1] or [1, 2]; the top, 2, only when every point below it fitted.
-  _, tested = _calibrated([point <= 21 for point in range(_POINTS)])
-  assert tested == [16, 24, 20, 22, 21]
-  _, tested = _calibrated([True] * _POINTS)
-  assert tested == [16, 24, 28, 30, 31, 32]
-  _, tested = _calibrated([point == 0 for point in range(_POINTS)])
-  assert tested == [16, 8, 4, 2, 1]

@@ -1,6 +1,5 @@
 """Features from the training step: the table the steps update, the refreshes on it, its resume and refusals."""
 
-import dataclasses
 import json
 import pathlib
 import subprocess
@@ -12,8 +11,6 @@ import pytest
 import tensorflow as tf
 
 import tf_repulsive
-from tf_repulsive import _model_space
-from tf_repulsive import _radius
 from tf_repulsive import _training_features
 
 BATCH = 10
@@ -116,112 +113,28 @@ def test_a_full_refresh_computes_every_element_again():
   np.testing.assert_allclose(batcher.training_features.snapshot(), full, rtol=1e-6)
 
 
-def _scratch_searches_end_elsewhere(monkeypatch):
-  """Makes every radius search from scratch give half the radius a search from a start gives.
-
-  Searches from scratch and from the last refresh agree on most data, so a resume that
-  searched from scratch where the uninterrupted run started from the last refresh would go
-  unnoticed. Here it gives other radii, and other batches.
-  """
-  calibrate = _radius.calibrate
-
-  def disagreeing(*args, start=None, **kwargs):
-    calibration = calibrate(*args, start=start, **kwargs)
-    return calibration if start is not None else dataclasses.replace(calibration, scale=calibration.scale / 2)
-
-  monkeypatch.setattr(_radius, "calibrate", disagreeing)
-
-
-def _radius_of(batcher):
-  return batcher.stats().report.get("radius")
-
-
-def test_refreshes_from_the_table_start_the_radius_search_where_the_last_one_ended(tmp_path, monkeypatch):
-  calibrate, searches = _radius.calibrate, []
-
-  def recorded(*args, start=None, **kwargs):
-    calibration = calibrate(*args, start=start, **kwargs)
-    searches.append((start, calibration.search_point))
-    return calibration
-
-  monkeypatch.setattr(_radius, "calibrate", recorded)
-  x, y = _data()
-  model = _model()
-  batcher = _batcher(model, tf_repulsive.ImportancePDS(), directory=tmp_path, full_refresh_every=2 * REFRESH)
-  iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
-  _train(batcher, model, iterator, 3 * REFRESH)
-  batcher.refresh_features(3 * REFRESH)
-  # The build's search, then refreshes 0 (full), 1 (the table), 2 (full), 3 (the table).
-  starts, points = zip(*searches)
-  assert starts == (None, None, points[1], None, points[3])
-  assert 0 < min(points)
-  # (The file of refresh 3 is still being written in the background.)
-  for refresh in range(3):
-    assert _model_space.load(batcher.model_space, refresh).radius_search_point == points[refresh + 1]
-  assert batcher.training_features.radius_search.numpy().tolist() == [3, points[4]]
-
-
-@pytest.mark.parametrize("sampler", [tf_repulsive.Importance(), tf_repulsive.ImportancePDS()],
-                         ids=lambda sampler: type(sampler).__name__)
-def test_a_restored_table_and_model_continue_with_the_uninterrupted_batches(tmp_path, monkeypatch, sampler):
-  _scratch_searches_end_elsewhere(monkeypatch)
+def test_a_restored_table_and_model_continue_with_the_uninterrupted_batches(tmp_path):
   x, y = _data()
   data = tf.data.Dataset.from_tensor_slices((x, y))
   model = _model()
-  batcher = _batcher(model, sampler, directory=tmp_path / "refreshes")
+  batcher = _batcher(model, directory=tmp_path / "refreshes")
   iterator = iter(data.apply(batcher))
   checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator,
                                    features=batcher.training_features)
   uninterrupted, _ = _train(batcher, model, iterator, 6)
   batcher.refresh_features(6)
   path = checkpoint.write(str(tmp_path / "ckpt"))
-  radii = [_radius_of(batcher)]
   uninterrupted += _train(batcher, model, iterator, 8, first=6)[0]
-  radii.append(_radius_of(batcher))
   # A new model, batcher and iterator, as a new process builds them, restored at step 6.
   model = _model()
   model.optimizer.build(model.trainable_variables)
-  batcher = _batcher(model, sampler, directory=tmp_path / "refreshes")
+  batcher = _batcher(model, directory=tmp_path / "refreshes")
   iterator = iter(data.apply(batcher))
   tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator,
                       features=batcher.training_features).read(path).assert_consumed()
-  batcher.refresh_features(6)
-  assert _radius_of(batcher) == radii[0]
   resumed, _ = _train(batcher, model, iterator, 8, first=6)
-  assert _radius_of(batcher) == radii[1]
   for step, (expected, got) in enumerate(zip(uninterrupted[6:], resumed), start=6):
     np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
-
-
-def test_without_a_directory_the_checkpoint_of_the_table_carries_the_last_radius_search(tmp_path, monkeypatch):
-  _scratch_searches_end_elsewhere(monkeypatch)
-  x, y = _data()
-  data = tf.data.Dataset.from_tensor_slices((x, y))
-  model = _model()
-  batcher = _batcher(model, tf_repulsive.ImportancePDS())
-  iterator = iter(data.apply(batcher))
-  _train(batcher, model, iterator, 2 * REFRESH)
-  path = tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator,
-                             features=batcher.training_features).write(str(tmp_path / "ckpt"))
-  uninterrupted, _ = _train(batcher, model, iterator, REFRESH, first=2 * REFRESH)
-
-  def restored():
-    model = _model()
-    model.optimizer.build(model.trainable_variables)
-    batcher = _batcher(model, tf_repulsive.ImportancePDS())
-    iterator = iter(data.apply(batcher))
-    tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator,
-                        features=batcher.training_features).read(path).assert_consumed()
-    return batcher, model, iterator
-
-  resumed, _ = _train(*restored(), REFRESH, first=2 * REFRESH)
-  for step, (expected, got) in enumerate(zip(uninterrupted, resumed), start=2 * REFRESH):
-    np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
-  # A checkpoint of the table alone: where the search of refresh 1 ended is not in it.
-  batcher, _, _ = restored()
-  batcher.training_features.radius_search.assign([-1, -1])
-  with pytest.raises(ValueError, match="radius search starts where that of refresh 1 ended"):
-    batcher.refresh_features(2 * REFRESH)
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])
@@ -253,14 +166,11 @@ def test_fit_records_every_step_behind_a_prefetch_and_logs_them_beside_the_refre
     np.testing.assert_allclose(features, expected, rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
 
 
-@pytest.mark.parametrize("sampler", [tf_repulsive.Importance(), tf_repulsive.ImportancePDS()],
-                         ids=lambda sampler: type(sampler).__name__)
-def test_a_new_batcher_rebuilds_the_table_from_the_directory_at_any_step(tmp_path, monkeypatch, sampler):
-  _scratch_searches_end_elsewhere(monkeypatch)
+def test_a_new_batcher_rebuilds_the_table_from_the_directory_at_any_step(tmp_path):
   x, y = _data()
   data = tf.data.Dataset.from_tensor_slices((x, y))
   model = _model()
-  batcher = _batcher(model, sampler, directory=tmp_path / "refreshes", keep_last=2)
+  batcher = _batcher(model, directory=tmp_path / "refreshes", keep_last=2)
   iterator = iter(data.apply(batcher))
   checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator)
   _train(batcher, model, iterator, 7)
@@ -274,7 +184,7 @@ def test_a_new_batcher_rebuilds_the_table_from_the_directory_at_any_step(tmp_pat
   # Only the model, the optimizer and the iterator are restored; the table comes from the directory.
   model = _model()
   model.optimizer.build(model.trainable_variables)
-  batcher = _batcher(model, sampler, directory=tmp_path / "refreshes", keep_last=2)
+  batcher = _batcher(model, directory=tmp_path / "refreshes", keep_last=2)
   iterator = iter(data.apply(batcher))
   tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator).read(path).assert_consumed()
   resumed, _ = _train(batcher, model, iterator, 1, first=7)
@@ -351,11 +261,10 @@ def test_the_loss_and_the_embedding_come_from_the_training_step_too():
     np.testing.assert_allclose(batcher.training_features.snapshot()[rows], full[rows], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("sampler", ["Importance", "ImportancePDS"])
-def test_a_run_resumed_in_a_new_process_draws_the_uninterrupted_batches(tmp_path, sampler):
+def test_a_run_resumed_in_a_new_process_draws_the_uninterrupted_batches(tmp_path):
   script = pathlib.Path(__file__).with_name("training_features_run.py")
   for phase in ("first", "resume"):
-    subprocess.run([sys.executable, str(script), phase, str(tmp_path), sampler], check=True, timeout=_SECONDS)
+    subprocess.run([sys.executable, str(script), phase, str(tmp_path)], check=True, timeout=_SECONDS)
     # The resumed run must compute refreshes 2 and 3 (steps 8, 12) from the table it rebuilt, not
     # read them back.
     for refresh in (2, 3):

@@ -1,11 +1,10 @@
 """One process of the new-process resume of features from the training step.
 
-`python training_features_run.py first|resume WORKDIR SAMPLER`: `first` trains steps 0 ... 15
-of a custom loop (a `ModelSpace(from_training_step=True)` batcher of `tf_repulsive.SAMPLER()`
-with a directory), writes a checkpoint of the model, optimizer and iterator after step 6, and
-the batch indices of steps 7 ... 15; `resume` builds everything anew, restores that checkpoint
-(the table comes from the directory), trains steps 7 ... 15 and writes their batch indices.
-WORKDIR/<phase>.json: {"indices": [[...], ...]}.
+`python training_features_run.py first|resume WORKDIR`: `first` trains steps 0 ... 15 of a custom
+loop (a `ModelSpace(from_training_step=True)` batcher with a directory), writes a checkpoint of the
+model, optimizer and iterator after step 6, and the batch indices of steps 7 ... 15; `resume`
+builds everything anew, restores that checkpoint (the table comes from the directory), trains
+steps 7 ... 15 and writes their batch indices. WORKDIR/<phase>.json: {"indices": [[...], ...]}.
 """
 
 import json
@@ -15,19 +14,17 @@ import sys
 import tensorflow as tf
 
 import test_training_features as cases
-import tf_repulsive
 
 RESUME_AT = 7
 STEPS = 16
 
 
-def main(phase, workdir, sampler):
+def main(phase, workdir):
   workdir = pathlib.Path(workdir)
   x, y = cases._data()  # pylint: disable=protected-access
   model = cases._model()  # pylint: disable=protected-access
   model.optimizer.build(model.trainable_variables)
-  batcher = cases._batcher(model, getattr(tf_repulsive, sampler)(),  # pylint: disable=protected-access
-                           directory=workdir / "refreshes")
+  batcher = cases._batcher(model, directory=workdir / "refreshes")  # pylint: disable=protected-access
   iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
   checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator)
   if phase == "first":

@@ -108,20 +108,14 @@ class Built:
                        "features=tf_repulsive.ModelSpace(..., from_training_step=True).")
     return self.refresher.training
 
-  def install(self, features: np.ndarray, from_build: bool, radius_search_start: int | None) -> int | None:
-    """Hands the stream's drawer the state of a drawer built on refreshed `features`.
-
-    Returns:
-      Where the new drawer's radius search ended (`BatchDrawer.radius_search_point`).
-    """
-    drawer = build_drawer(self.config, features, self.labels, previous=self.drawer,
-                          radius_search_start=radius_search_start)
+  def install(self, features: np.ndarray, from_build: bool) -> None:
+    """Hands the stream's drawer the state of a drawer built on refreshed `features`."""
+    drawer = build_drawer(self.config, features, self.labels, previous=self.drawer)
     self.drawer.refresh_from(drawer)
     self.record.regroup(drawer.groups)
     # The build's features come with the build's inclusion weights.
     if self.weights is not None and not from_build:
       self.weights.install(self.config.sampler, drawer, self.num_points)
-    return drawer.radius_search_point
 
 
 def build(config: Config, dataset: tf.data.Dataset) -> Built:
@@ -149,8 +143,7 @@ def build(config: Config, dataset: tf.data.Dataset) -> Built:
     # stream draws on is installed later, by `refresh_features`.
     build_features = _model_space.compute(space, data.elements)
     drawer = _refresh.refuse_unrefreshable(sampler, build_drawer(config, build_features, data.labels))
-    built = Built(config, drawer, data, _refresh.FeatureRefresher(
-        space, data.elements, build_features, searches_radius=drawer.radius_search_point is not None))
+    built = Built(config, drawer, data, _refresh.FeatureRefresher(space, data.elements, build_features))
     if space.from_training_step:
       assert built.refresher is not None
       _, source_labels = _model_space.model_inputs(data.elements, space.source)
@@ -162,8 +155,7 @@ def build(config: Config, dataset: tf.data.Dataset) -> Built:
 
 
 def build_drawer(config: Config, features: np.ndarray, labels: np.ndarray | None,
-                 previous: _contract.BatchDrawer | None = None,
-                 radius_search_start: int | None = None) -> _contract.BatchDrawer:
+                 previous: _contract.BatchDrawer | None = None) -> _contract.BatchDrawer:
   """The sampler's drawer for these features (replacing `previous`), checked against the contract."""
   return _drawers.build(config.sampler, _contract.SamplingContext(
       features=features, labels=labels, batch_size=config.batch_size,
@@ -171,8 +163,7 @@ def build_drawer(config: Config, features: np.ndarray, labels: np.ndarray | None
       # its lookups save in R steps.
       distance_cache_bytes=config.options.distance_cache_bytes if config.space is None else 0,
       verbose=config.options.verbose,
-      max_steps_per_draw=_MOST_STEPS_PER_DRAW if config.space is None else 1,
-      radius_search_start=radius_search_start), previous)
+      max_steps_per_draw=_MOST_STEPS_PER_DRAW if config.space is None else 1), previous)
 
 
 def _no_input_features(*components: Any) -> tf.Tensor:

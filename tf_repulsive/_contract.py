@@ -35,9 +35,6 @@ class SamplingContext:
     max_steps_per_draw: the most steps the drawer's `draw` may cover (`steps_per_draw`): 1 when
       the features are refreshed from a model (`ModelSpace`), whose stream draws each step as
       it delivers it.
-    radius_search_start: where the search of an `"auto"` radius starts, as a point of its grid
-      of scales (`BatchDrawer.radius_search_point` of the drawer built on the features before):
-      a refresh from the training step's table (`ModelSpace`); None: the search from scratch.
   """
 
   features: np.ndarray
@@ -46,7 +43,6 @@ class SamplingContext:
   distance_cache_bytes: int
   verbose: bool = False
   max_steps_per_draw: int = 16
-  radius_search_start: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -93,16 +89,11 @@ class BatchDrawer:
       disk samplers report their `radius`; see `SamplingStats`); empty by default.
     groups: a grouping of the points whose share in every batch the pipeline records
       (`PointGroups`); None (the default): none.
-    radius_search_point: where the search of an `"auto"` radius ended, as a point of its grid;
-      a `ModelSpace` batcher keeps it as state and starts the next search of a refresh from the
-      training step's table there (`SamplingContext.radius_search_start`). None (the default):
-      no search.
   """
 
   steps_per_draw: int = 1
   report: Mapping[str, float] = types.MappingProxyType({})
   groups: PointGroups | None = None
-  radius_search_point: int | None = None
 
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """The batches of steps `first_step` ... `first_step + steps_per_draw - 1`.
@@ -165,8 +156,8 @@ class BatchDrawer:
   def refresh_from(self, other: BatchDrawer) -> None:
     """Makes this drawer (from `refreshable`) draw what `other`, built by the same sampler on new features, draws.
 
-    Called while no draw is running on the old state. Also takes over `report`, `groups`
-    (groups of the same name and number) and `radius_search_point`.
+    Called while no draw is running on the old state. Also takes over `report` and `groups`
+    (groups of the same name and number).
     """
     raise NotImplementedError
 

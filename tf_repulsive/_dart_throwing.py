@@ -96,7 +96,7 @@ class DartThrower(BatchDrawer):
     return live
 
   def refresh_from(self, other: BatchDrawer) -> None:
-    """Makes this refreshable thrower draw what `other` draws: its tensors, report, groups and radius search.
+    """Makes this refreshable thrower draw what `other` draws: its tensors, report and groups.
 
     Args:
       other: a thrower of the same sampler built on new features of the same shape.
@@ -119,7 +119,7 @@ class DartThrower(BatchDrawer):
             "feature dimension.")
     for name, value in values.items():
       self._variables[name].assign(value)
-    self.report, self.groups, self.radius_search_point = other.report, other.groups, other.radius_search_point
+    self.report, self.groups = other.report, other.groups
 
   def _current(self) -> tuple[_dart_state.DrawState, float | tf.Tensor]:
     """The per-dataset tensors and radius scale to draw with: a refreshable thrower's variables read once."""

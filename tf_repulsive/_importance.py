@@ -214,6 +214,4 @@ class Marginals(Sampler):
     thrower.report = {**inner.report, "max_inclusion": float(np.max(probabilities)),
                       "min_inclusion": float(np.min(probabilities))}
     thrower.groups = inner.groups
-    # Its draws follow the inner sampler's radius: a refresh's search starts where the inner one ended.
-    thrower.radius_search_point = inner.radius_search_point
     return thrower

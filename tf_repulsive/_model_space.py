@@ -30,8 +30,6 @@ from tf_repulsive import _model_features
 _POLL_MICROSECONDS = 5000
 # The version of a drawer no refresh was installed into yet.
 NO_REFRESH = -1
-# A refresh file's radius_search_point when its sampler searched no radius.
-_NO_SEARCH = -1
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -40,10 +38,9 @@ class ModelSpace:
 
   Give it to `repulsive_batch(..., features=...)`. Refresh r holds
   the features of the model after r * `refresh_every` optimizer steps; the batch of step n is a
-  pure function of (seed, n, the features of refresh n // refresh_every and its radius). On each
-  refresh the sampler is built again on the new features: the `"auto"` radius is calibrated and
-  mingling values are computed in the new space. A refresh from the training step's table
-  (`from_training_step`) starts the radius search where the last refresh's search ended.
+  pure function of (seed, n, the features of refresh n // refresh_every). On each refresh the
+  sampler is built again on the new features: the `"auto"` radius is calibrated and mingling
+  values are computed in the new space.
 
   `AnnealingCallback` / `BatchStreamCallback` refresh in `fit` (when it starts, and after every
   `refresh_every`-th step). A custom loop calls `batcher.refresh_features(step)` before it takes
@@ -183,47 +180,28 @@ def _path(directory: str | os.PathLike, refresh: int) -> pathlib.Path:
   return pathlib.Path(directory) / f"refresh-{refresh:09d}.npz"
 
 
-@dataclasses.dataclass(frozen=True)
-class SavedRefresh:
-  """A refresh as its file in the directory holds it.
-
-  Attributes:
-    features: `[N, d]` the features of the refresh.
-    fingerprint: the digest of the weights they came from ("": from the training step's table).
-    radius_search_point: where the `"auto"` radius search of the refresh's sampler ended
-      (`BatchDrawer.radius_search_point`); None: no search.
-  """
-
-  features: np.ndarray
-  fingerprint: str
-  radius_search_point: int | None
-
-
-def save(space: ModelSpace, refresh: int, saved: SavedRefresh) -> None:
-  """Writes the file of `refresh` (atomically), then deletes those beyond `keep_last`."""
+def save(space: ModelSpace, refresh: int, features: np.ndarray, fingerprint: str) -> None:
+  """Writes the features of `refresh` (atomically), then deletes those beyond `keep_last`."""
   if space.directory is None:
     return
   directory = pathlib.Path(space.directory)
   directory.mkdir(parents=True, exist_ok=True)
   path = _path(directory, refresh)
   partial = path.with_suffix(".partial.npz")
-  point = _NO_SEARCH if saved.radius_search_point is None else saved.radius_search_point
-  np.savez(partial, features=saved.features, fingerprint=np.array(saved.fingerprint),
-           radius_search_point=np.array(point, np.int64))
+  np.savez(partial, features=features, fingerprint=np.array(fingerprint))
   os.replace(partial, path)
   if space.keep_last is not None:
-    files = sorted(directory.glob("refresh-*[0-9].npz"))
-    for old in files[:-space.keep_last]:
+    saved = sorted(directory.glob("refresh-*[0-9].npz"))
+    for old in saved[:-space.keep_last]:
       old.unlink(missing_ok=True)
 
 
-def load(space: ModelSpace, refresh: int) -> SavedRefresh | None:
-  """The saved file of `refresh`, or None."""
+def load(space: ModelSpace, refresh: int) -> tuple[np.ndarray, str] | None:
+  """The saved features of `refresh` and their model's fingerprint, or None."""
   if space.directory is None or not _path(space.directory, refresh).exists():
     return None
   with np.load(_path(space.directory, refresh)) as saved:
-    point = int(saved["radius_search_point"]) if "radius_search_point" in saved.files else _NO_SEARCH
-    return SavedRefresh(saved["features"], str(saved["fingerprint"]), None if point == _NO_SEARCH else point)
+    return saved["features"], str(saved["fingerprint"])
 
 
 def compute(space: ModelSpace, elements: Any) -> np.ndarray:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -17,7 +16,7 @@ _SUBSAMPLE_SIZE = 2000
 _CALIBRATION_KEY = (_SUBSAMPLE_SEED, 0xCA1B)
 # "auto": the scale is bracketed (at most 2x the median-based radius, i.e. the median distance:
 # wider disks exclude rather than repel, and Easy PDS, whose disks only easy points have, would
-# otherwise grow them without bound) and searched on a grid of 1/16 for the largest scale at
+# otherwise grow them without bound) and bisected to 1/16 of the bracket for the largest scale at
 # which each batch of steps 0-15 fills within half the dart budget (fewer steps for k > 128: see
 # `calibration_steps`). The radius is 90% of that:
 # near the packing limit a batch needs many times the darts, and on data where that limit is
@@ -29,9 +28,8 @@ CHECK_STEPS = 32
 # Batches of up to this size count fully; larger ones count as several (see `calibration_steps`).
 _FULL_STEP_POINTS = 128
 _SEARCH_BUDGET = 0.5
-# The grid of scales the search tests: point p is the scale p / 16, from 0 (no disks) to 2.
-_POINTS_PER_UNIT = 16
-_TOP_POINT = 2 * _POINTS_PER_UNIT
+_MAX_SCALE = 2.0
+_BISECTIONS = 4
 _MARGIN = 0.9
 _SHRINKS = 4
 
@@ -70,23 +68,8 @@ def calibration_steps(steps: int, batch_size: int) -> int:
   return max(steps // 8, min(steps, steps * _FULL_STEP_POINTS // batch_size))
 
 
-@dataclasses.dataclass(frozen=True)
-class Calibration:
-  """What an `"auto"` radius calibration found.
-
-  Attributes:
-    scale: the factor on the base radius (0.0: no disks).
-    search_point: the grid point the search ended on: the largest scale, in sixteenths, at
-      which the search's batches filled, when the scale a sixteenth above did not. A search
-      that starts there ends there after two tests.
-  """
-
-  scale: float
-  search_point: int
-
-
-def calibrate(count_fills: Callable[[float, tf.Tensor, int, int], int], max_darts: int, batch_size: int,
-              verbose: bool, start: int | None = None) -> Calibration:
+def calibrated_scale(count_fills: Callable[[float, tf.Tensor, int, int], int], max_darts: int,
+                     batch_size: int, verbose: bool) -> float:
   """90% of the largest factor on the base radius at which calibration batches fill with darts to spare.
 
   Args:
@@ -96,68 +79,28 @@ def calibrate(count_fills: Callable[[float, tf.Tensor, int, int], int], max_dart
     max_darts: the sampler's dart budget per batch.
     batch_size: k, which sets how many batches each test draws (`calibration_steps`).
     verbose: show a progress bar if calibrating takes more than about 2 s.
-    start: a grid point to search from (the last search's `search_point`, on features that
-      changed a little); None: a bisection of the whole grid.
 
   Returns:
-    The calibration. Its scale is 0.0 (no disks) when even tiny disks do not fit.
+    The factor; 0.0 (no disks) when even tiny disks do not fit.
   """
   key = tf.constant(_CALIBRATION_KEY, tf.int64)
   search_darts = max(1, int(_SEARCH_BUDGET * max_darts))
   with _progress.bar("calibrating the radius", None, verbose) as progress:
+
     search_steps, check_steps = calibration_steps(SEARCH_STEPS, batch_size), calibration_steps(CHECK_STEPS, batch_size)
 
-    def fits(point: int) -> bool:
-      # Point 0 is no disks, which always fit.
-      if point == 0:
-        return True
+    def fits(scale: float, steps: int = search_steps, darts: int = search_darts) -> bool:
       progress.update(1)
-      return count_fills(point / _POINTS_PER_UNIT, key, search_steps, search_darts) == 0
+      return count_fills(scale, key, steps, darts) == 0
 
-    def fits_the_whole_budget(scale: float) -> bool:
-      progress.update(1)
-      return count_fills(scale, key, check_steps, max_darts) == 0
-
-    point = _bisected(fits) if start is None else _searched_from(start, fits)
-    scale = _MARGIN * point / _POINTS_PER_UNIT
+    low, high = (1.0, _MAX_SCALE) if fits(1.0) else (0.0, 1.0)
+    for _ in range(_BISECTIONS):
+      middle = 0.5 * (low + high)
+      low, high = (middle, high) if fits(middle) else (low, middle)
+    # The cap is tried only when every candidate below it fitted.
+    scale = _MARGIN * (_MAX_SCALE if high == _MAX_SCALE and fits(_MAX_SCALE) else low)
     for _ in range(_SHRINKS):
-      if scale == 0.0 or fits_the_whole_budget(scale):
+      if scale == 0.0 or fits(scale, check_steps, max_darts):
         break
       scale *= _MARGIN
-  return Calibration(scale, point)
-
-
-def _bisected(fits: Callable[[int], bool]) -> int:
-  """The grid point a bisection ends on: [0, 1] or [1, 2] by the test of 1, then four halvings."""
-  low, high = (_POINTS_PER_UNIT, _TOP_POINT) if fits(_POINTS_PER_UNIT) else (0, _POINTS_PER_UNIT)
-  while high - low > 1:
-    middle = (low + high) // 2
-    low, high = (middle, high) if fits(middle) else (low, middle)
-  # The top is tried only when every point below it fitted.
-  return _TOP_POINT if high == _TOP_POINT and fits(_TOP_POINT) else low
-
-
-def _searched_from(start: int, fits: Callable[[int], bool]) -> int:
-  """The grid point a search from `start` ends on: steps doubling up or down to a bracket, then halvings.
-
-  It ends where the point fits and the one above it does not (or at the top), as a bisection
-  does: so a search that starts on its own result ends there again.
-  """
-  start = min(max(int(start), 0), _TOP_POINT)
-  if fits(start):
-    low, high, stride = start, _TOP_POINT + 1, 1
-    while low < _TOP_POINT:
-      probe = min(low + stride, _TOP_POINT)
-      if not fits(probe):
-        high = probe
-        break
-      low, stride = probe, 2 * stride
-  else:
-    low, high, stride = 0, start, 1
-    while high - stride > 0 and not fits(high - stride):
-      high, stride = high - stride, 2 * stride
-    low = max(high - stride, 0)
-  while high - low > 1 and low < _TOP_POINT:
-    middle = (low + high) // 2
-    low, high = (middle, high) if fits(middle) else (low, middle)
-  return low
+  return scale

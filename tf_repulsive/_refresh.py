@@ -22,9 +22,6 @@ from tf_repulsive import _contract
 from tf_repulsive import _model_space
 from tf_repulsive import _training_features
 
-# `install(features, from_build, radius_search_start) -> radius_search_point` (`FeatureRefresher.refresh`).
-Install = Callable[[np.ndarray, bool, "int | None"], "int | None"]
-
 
 class FeatureRefresher:
   """Installs the features of each refresh into a batcher's drawer, and tells the stream which it holds.
@@ -33,15 +30,10 @@ class FeatureRefresher:
     space: the batcher's `ModelSpace`.
     elements: the materialised elements the features are computed from.
     build_features: the features the build computed, from the model as it was then.
-    searches_radius: whether the sampler searches an `"auto"` radius
-      (`BatchDrawer.radius_search_point`), which a refresh from the table starts where the last
-      search ended.
   """
 
-  def __init__(self, space: _model_space.ModelSpace, elements: Any, build_features: np.ndarray,
-               searches_radius: bool):
+  def __init__(self, space: _model_space.ModelSpace, elements: Any, build_features: np.ndarray):
     self.space = space
-    self._searches_radius = searches_radius
     self._elements = elements
     # The table of features from the training step (`ModelSpace.from_training_step`), set by the build.
     self.training: _training_features.TrainingFeatures | None = None
@@ -60,12 +52,11 @@ class FeatureRefresher:
     self._build_features: tuple[str, np.ndarray] | None = (
         _model_space.weights_fingerprint(space.model), build_features)
 
-  def refresh(self, step: int, install: Install) -> float:
+  def refresh(self, step: int, install: Callable[[np.ndarray, bool], None]) -> float:
     """Installs the features in force at `step`; returns the seconds it took (0.0: already in).
 
-    `install(features, from_build, radius_search_start)` builds the sampler on the features,
-    hands its state to the stream's drawer and returns where its radius search ended;
-    `from_build` says the features are the build's own, from these very weights.
+    `install(features, from_build)` builds the sampler on the features and hands its state to
+    the stream's drawer; `from_build` says they are the build's own, from these very weights.
     """
     space = self.space
     refresh = step // space.refresh_every
@@ -85,18 +76,17 @@ class FeatureRefresher:
       # resumed run too, and the model's weights do not enter. They are written while training
       # goes on: the view stays as it is, since the next step's update copies the table first.
       features = self.training.snapshot()
-      point = self._install(refresh, features, False, install)
-      self._save_in_background(refresh, _model_space.SavedRefresh(features, "", point))
-      return self._took(began)
+      self._save_in_background(refresh, features)
+      return self._installed(refresh, features, False, install, began)
     saved = _model_space.load(space, refresh)
     fingerprint = _model_space.weights_fingerprint(space.model) if at_refresh_step else ""
     kept = self._build_features
     from_build = at_refresh_step and kept is not None and kept[0] == fingerprint
-    if saved is not None and (not at_refresh_step or saved.fingerprint == fingerprint):
-      features, computed = saved.features, False
+    if saved is not None and (not at_refresh_step or saved[1] == fingerprint):
+      features = saved[0]
     elif at_refresh_step:
       features = kept[1] if from_build and kept is not None else _model_space.compute(space, self._elements)
-      computed = True
+      _model_space.save(space, refresh, features, fingerprint)
     else:
       where = ("no directory is set (ModelSpace.directory)" if space.directory is None
                else f"{space.directory} does not hold them (deleted by keep_last={space.keep_last}, or never saved)")
@@ -107,47 +97,16 @@ class FeatureRefresher:
           "give the ModelSpace a directory (and keep enough refreshes) before training.")
     if self.training is not None and at_refresh_step:
       self.training.reset(features, step)
-    point = self._install(refresh, features, from_build, install)
-    if computed:
-      _model_space.save(space, refresh, _model_space.SavedRefresh(features, fingerprint, point))
-    return self._took(began)
+    return self._installed(refresh, features, from_build, install, began)
 
-  def _radius_search_start(self, refresh: int) -> int | None:
-    """Where the radius search of `refresh` starts: where the last one ended, for a refresh from the table.
-
-    A full refresh searches from scratch, so that its batches are a function of its features
-    alone. A refresh from the table starts where the search of the refresh before it ended
-    (or its own, in a resumed run: a search that starts on its result ends there), which the
-    table's checkpoint and each refresh's file hold.
-    """
-    if not self._searches_radius or self.training is None or self.space.is_full_refresh(refresh):
-      return None
-    searched, point = (int(value) for value in self.training.radius_search.numpy())
-    if searched in (refresh - 1, refresh):
-      return point
-    for earlier in (refresh, refresh - 1):
-      saved = _model_space.load(self.space, earlier)
-      if saved is not None and saved.radius_search_point is not None:
-        return saved.radius_search_point
-    raise ValueError(
-        f"refresh {refresh} builds the sampler on the table of features from the training step, and its "
-        f"\"auto\" radius search starts where that of refresh {refresh - 1} ended, which is not at hand: keep "
-        "batcher.training_features in your checkpoint (it holds it with the table), or give the ModelSpace a "
-        "directory (each refresh's file holds it).")
-
-  def _install(self, refresh: int, features: np.ndarray, from_build: bool, install: Install) -> int | None:
-    """Installs the features of `refresh`, tells the stream, and returns where the radius search ended."""
+  def _installed(self, refresh: int, features: np.ndarray, from_build: bool,
+                 install: Callable[[np.ndarray, bool], None], began: float) -> float:
+    """Installs the features of `refresh`, tells the stream, and returns the seconds since `began`."""
     self._build_features = None
-    point = install(features, from_build, self._radius_search_start(refresh))
-    if self.training is not None and point is not None:
-      self.training.radius_search.assign([refresh, point])
+    install(features, from_build)
     # Last: a draw waiting for this refresh reads the drawer's state once it sees the version.
     self._version.assign(refresh)
     self._installed_refresh = refresh
-    return point
-
-  def _took(self, began: float) -> float:
-    """Counts a refresh installed and returns the seconds since `began`."""
     seconds = time.perf_counter() - began
     self.seconds += seconds
     self.refreshes += 1
@@ -157,14 +116,14 @@ class FeatureRefresher:
     """The refresh whose features the drawer holds (`_model_space.NO_REFRESH`: none yet)."""
     return self._installed_refresh
 
-  def _save_in_background(self, refresh: int, saved: _model_space.SavedRefresh) -> None:
-    """Writes the file of `refresh` to the directory in a thread (`_finish_saving` waits for it)."""
+  def _save_in_background(self, refresh: int, features: np.ndarray) -> None:
+    """Writes the features of `refresh` to the directory in a thread (`_finish_saving` waits for it)."""
     if self.space.directory is None:
       return
 
     def save():
       try:
-        _model_space.save(self.space, refresh, saved)
+        _model_space.save(self.space, refresh, features, "")
       except BaseException as error:  # pylint: disable=broad-except
         self._saving_error = error
 

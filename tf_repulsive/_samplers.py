@@ -75,10 +75,9 @@ class DiskSampler(Sampler):
                                          verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw,
                                          tuning=self._tuning, traces=self._traces)
     if self.radius == _radius.AUTO:
-      calibration = _radius.calibrate(thrower.count_fills, plan.max_darts, context.batch_size, context.verbose,
-                                      start=context.radius_search_start)
-      thrower = thrower.with_radius_scale(calibration.scale)
-      thrower.radius_search_point = calibration.search_point
+      scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.batch_size,
+                                         context.verbose)
+      thrower = thrower.with_radius_scale(scale)
     thrower.report = {"radius": radius * thrower.radius_scale, **({} if weighted is None else weighted[1])}
     if mingling is not None:
       thrower.report["mingling_agreement"] = mingling.agreement

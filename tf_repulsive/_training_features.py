@@ -7,11 +7,11 @@ inside the training call itself, and writes them into an `[N, d]` table at the b
 the elements not trained on keep their last features. No Python runs per step. A refresh builds
 the sampler on the table instead of a pass over the data.
 
-The table, the step it holds and where the last `"auto"` radius search ended are state. With
-the `ModelSpace`'s `directory`, every step's record is appended to a log beside the refresh's
-features: a run resumed at any step, in a new process, rebuilds the table from the last saved
-refresh and the log, and draws what the uninterrupted run drew. Without a directory,
-`TrainingFeatures` is a `tf.Module` to keep in your own `tf.train.Checkpoint`.
+The table and the step it holds are state. With the `ModelSpace`'s `directory`, every step's
+record is appended to a log beside the refresh's features: a run resumed at any step, in a new
+process, rebuilds the table from the last saved refresh and the log, and draws what the
+uninterrupted run drew. Without a directory, `TrainingFeatures` is a `tf.Module` to keep in
+your own `tf.train.Checkpoint`.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _flat(values: tf.Tensor) -> tf.Tensor:
 
 
 class TrainingFeatures(tf.Module):
-  """The table of features the training step updates, the step it holds, and where the last radius search ended.
+  """The table of features the training step updates, and the step it holds.
 
   Args:
     space: the batcher's `ModelSpace` (`from_training_step=True`).
@@ -121,9 +121,6 @@ class TrainingFeatures(tf.Module):
       self.table = tf.Variable(features, trainable=False)
       # The last step whose features the table holds (-1: the build's only).
       self.recorded_through = tf.Variable(_NONE_RECORDED, dtype=tf.int64, trainable=False)
-      # The last refresh whose sampler searched an "auto" radius, and where that search ended
-      # (-1, -1: none): the next refresh from the table starts its search there.
-      self.radius_search = tf.Variable([-1, -1], dtype=tf.int64, trainable=False)
     # The last step whose record the directory's log holds (this process).
     self._logged_through = _NONE_RECORDED
     self._tap = _LastLayerTap(space.model, batch_size, features.shape[1], self._record)
@@ -228,8 +225,7 @@ class TrainingFeatures(tf.Module):
                   if (saved := _model_space.load(space, refresh)) is not None), None)
     if found is None:
       return False
-    refresh, saved = found
-    table = saved.features
+    refresh, (table, _) = found
     records = {}
     for logged in range(refresh, first + 1):
       path = _log_path(space.directory, logged)

@@ -7,6 +7,8 @@ exactly what the sequential loop accepts from the same darts.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import tensorflow as tf
 
@@ -24,17 +26,34 @@ class Acceptance:
     self._config = config
     self._state = state
 
-  def _sq_distances_between(self, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
-    """`[S, rows, cols]` shrunk squared distances per step."""
+  def _per_step(self, rows: tf.Tensor, cols: tf.Tensor, finish: Callable[..., tf.Tensor],
+                *step_args: tf.Tensor) -> tf.Tensor:
+    """`finish(sq_dist, *args)` of each step's `[rows, cols]` shrunk squared distances, stacked over steps.
+
+    `finish` takes one step's distances and its slices of `step_args` (`[S, ...]` each), or, with
+    the distance cache, all steps at once with the whole `step_args`. It runs before the stack,
+    so the stack copies its result (a comparison, a minimum), not the float distances: at large
+    k that copy is a visible part of the draw.
+    """
     state = self._state
-    if state.sq_distances is None:
-      row_x, col_x = tf.gather(state.features, rows), tf.gather(state.features, cols)
-      row_norms, col_norms = tf.gather(state.shrunk_sq_norms, rows), tf.gather(state.shrunk_sq_norms, cols)
-      if self._config.one_product:
-        return _gram_per_step(as_rows(row_x, row_norms), as_columns(col_x, col_norms))
-      return row_norms[:, :, None] + col_norms[:, None, :] - 2.0 * _gram_per_step(row_x, col_x)
-    pairs = tf.cast(rows, tf.int64)[:, :, None] * self._config.num_points + tf.cast(cols, tf.int64)[:, None, :]
-    return tf.gather(state.sq_distances, pairs)
+    if state.sq_distances is not None:
+      pairs = tf.cast(rows, tf.int64)[:, :, None] * self._config.num_points + tf.cast(cols, tf.int64)[:, None, :]
+      return finish(tf.gather(state.sq_distances, pairs), *step_args)
+    row_x, col_x = tf.gather(state.features, rows), tf.gather(state.features, cols)
+    row_norms, col_norms = tf.gather(state.shrunk_sq_norms, rows), tf.gather(state.shrunk_sq_norms, cols)
+    if self._config.one_product:
+      lhs, rhs = tf.unstack(as_rows(row_x, row_norms)), tf.unstack(as_columns(col_x, col_norms))
+      # One 2-D `MatMul` per step: inside the stream's single-device function TensorFlow's
+      # `MatMul` kernel does these small products much faster than `BatchMatMul` over the step
+      # axis ("One matmul per step", BUILD_NOTES.md).
+      sq_dists = [tf.matmul(row, col, transpose_b=True) for row, col in zip(lhs, rhs)]
+    else:
+      sq_dists = [row_norm[:, None] + col_norm[None, :] - 2.0 * tf.matmul(row, col, transpose_b=True)
+                  for row, col, row_norm, col_norm in zip(tf.unstack(row_x), tf.unstack(col_x),
+                                                          tf.unstack(row_norms), tf.unstack(col_norms))]
+    per_step_args = [tf.unstack(arg) for arg in step_args]
+    return tf.stack([finish(sq_dist, *(args[step] for args in per_step_args))
+                     for step, sq_dist in enumerate(sq_dists)])
 
   def conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
     """`[S, rows, cols]` bool per step: same point, or closer than the smaller of the two radii."""
@@ -43,14 +62,18 @@ class Acceptance:
     # (In a trace and in a refreshable thrower the radius is a tensor, never known to be 0.)
     if not self._config.disks or (isinstance(uniform_radius, float) and uniform_radius == 0.0):
       return same()
-    sq_dist = self._sq_distances_between(rows, cols)
     if uniform_radius is not None:
       sq_radius = tf.square(uniform_radius * radius_scale)
-      return tf.logical_or(same(), sq_dist < tf.where(sq_radius > 0.0, sq_radius, -np.inf))
+      below = tf.where(sq_radius > 0.0, sq_radius, -np.inf)
+      return tf.logical_or(same(), self._per_step(rows, cols, lambda sq_dist: sq_dist < below))
+
     # Per-point radii: radius 0 means no disk, so identity must be tested separately.
-    sq_radius = tf.square(radius_scale * tf.minimum(tf.gather(self._state.point_radius, rows)[:, :, None],
-                                                    tf.gather(self._state.point_radius, cols)[:, None, :]))
-    return tf.logical_or(same(), tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius))
+    def inside(sq_dist, row_radius, col_radius):
+      sq_radius = tf.square(radius_scale * tf.minimum(row_radius[..., :, None], col_radius[..., None, :]))
+      return tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius)
+
+    return tf.logical_or(same(), self._per_step(rows, cols, inside, tf.gather(self._state.point_radius, rows),
+                                                tf.gather(self._state.point_radius, cols)))
 
   def _survives(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
     """`[S, darts]` bool: the darts that conflict with no accepted point of their step."""
@@ -82,16 +105,20 @@ class Acceptance:
     tested_width = tf.reduce_max(rank[:, -1])
     slots = tf.where(tested, rank - 1, tested_width)
     tested_darts = self._compacted(darts, slots, tested_width)
-    sq_dist = self._sq_distances_between(tested_darts, columns)
-    if config.steps_per_draw > 1 or state.uniform_radius is None:
-      sq_dist = tf.where(blocking[:, None, :], sq_dist, np.inf)
+    # (With one step and one radius every accepted point blocks: no mask.)
+    masked = config.steps_per_draw > 1 or state.uniform_radius is None
+
+    def nearest(sq_dist, blocks):
+      return tf.reduce_min(tf.where(blocks[..., None, :], sq_dist, np.inf) if masked else sq_dist, axis=-1)
+
     # (The tested darts and the accepted points they are tested against all have the one disk
     # radius. A minimum over no columns is +inf: nothing accepted blocks nothing. Radius 0: no disks.)
+    min_sq_dist = self._per_step(tested_darts, columns, nearest, blocking)
     if state.uniform_radius is None:
       sq_radius = tf.square(radius_scale * tf.gather(state.point_radius, tested_darts))
     else:
       sq_radius = tf.square(state.uniform_radius * radius_scale)
-    clear = tf.logical_or(tf.reduce_min(sq_dist, axis=2) >= sq_radius, sq_radius <= 0.0)
+    clear = tf.logical_or(min_sq_dist >= sq_radius, sq_radius <= 0.0)
     # The darts not tested read the padding slot, False: a repeat does not survive, a fresh dart
     # without a disk does.
     return tf.logical_or(tf.gather(tf.pad(clear, [[0, 0], [0, 1]]), slots, batch_dims=1),
@@ -182,12 +209,3 @@ def not_accepted(darts: tf.Tensor, columns: tf.Tensor, occupied: tf.Tensor) -> t
 def step_rows(like: tf.Tensor) -> tf.Tensor:
   """`[S, width]` int32 holding each entry's row (step) number, for scatters into `[S, ...]`."""
   return tf.broadcast_to(tf.range(tf.shape(like)[0])[:, None], tf.shape(like))
-
-
-def _gram_per_step(row_x: tf.Tensor, col_x: tf.Tensor) -> tf.Tensor:
-  """`[S, rows, cols]` dot products of each step's rows with its columns, one 2-D `MatMul` per step.
-
-  Inside the stream's single-device function, TensorFlow's `MatMul` kernel does these small
-  products much faster than `BatchMatMul` over the step axis ("One matmul per step", BUILD_NOTES.md).
-  """
-  return tf.stack([tf.matmul(row, col, transpose_b=True) for row, col in zip(tf.unstack(row_x), tf.unstack(col_x))])

@@ -57,23 +57,37 @@ class Acceptance:
 
   def conflicts(self, rows: tf.Tensor, cols: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
     """`[S, rows, cols]` bool per step: same point, or closer than the smaller of the two radii."""
-    same = lambda: tf.equal(rows[:, :, None], cols[:, None, :])  # noqa: E731
+    same = tf.equal(rows[:, :, None], cols[:, None, :])
+    if not self._has_disks():
+      return same
+    return tf.logical_or(same, self._per_step(rows, cols, self._inside(radius_scale), *self._radii(rows, cols)))
+
+  def _has_disks(self) -> bool:
+    """Whether the points may have disks. (In a trace and in a refreshable thrower the radius is a
+    tensor, never known to be 0.)"""
     uniform_radius = self._state.uniform_radius
-    # (In a trace and in a refreshable thrower the radius is a tensor, never known to be 0.)
-    if not self._config.disks or (isinstance(uniform_radius, float) and uniform_radius == 0.0):
-      return same()
+    return self._config.disks and not (isinstance(uniform_radius, float) and uniform_radius == 0.0)
+
+  def _inside(self, radius_scale: tf.Tensor) -> Callable[..., tf.Tensor]:
+    """A `finish` of `_per_step`: whether a pair is closer than the smaller of its radii (`_radii`)."""
+    uniform_radius = self._state.uniform_radius
     if uniform_radius is not None:
       sq_radius = tf.square(uniform_radius * radius_scale)
       below = tf.where(sq_radius > 0.0, sq_radius, -np.inf)
-      return tf.logical_or(same(), self._per_step(rows, cols, lambda sq_dist: sq_dist < below))
+      return lambda sq_dist: sq_dist < below
 
-    # Per-point radii: radius 0 means no disk, so identity must be tested separately.
+    # Per-point radii: radius 0 means no disk.
     def inside(sq_dist, row_radius, col_radius):
       sq_radius = tf.square(radius_scale * tf.minimum(row_radius[..., :, None], col_radius[..., None, :]))
       return tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius)
 
-    return tf.logical_or(same(), self._per_step(rows, cols, inside, tf.gather(self._state.point_radius, rows),
-                                                tf.gather(self._state.point_radius, cols)))
+    return inside
+
+  def _radii(self, rows: tf.Tensor, cols: tf.Tensor) -> tuple[tf.Tensor, ...]:
+    """What `_inside` takes besides the distances: nothing for one radius, else the points' radii."""
+    if self._state.uniform_radius is not None:
+      return ()
+    return tf.gather(self._state.point_radius, rows), tf.gather(self._state.point_radius, cols)
 
   def _survives(self, darts: tf.Tensor, accepted: tf.Tensor, count: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
     """`[S, darts]` bool: the darts that conflict with no accepted point of their step."""
@@ -82,9 +96,20 @@ class Acceptance:
     columns = accepted[:, :width]
     occupied = tf.range(width)[None, :] < count[:, None]
     if not (config.one_disk_radius and config.survival_in_one_pass):
+      # A dart conflicts with an accepted point when it is that point (a sort and a binary search
+      # find these, O((darts + k) log k)) or lies within its disk (each step's rows reduced
+      # before the steps are stacked).
       def tested():
-        hits = self.conflicts(darts, columns, radius_scale)
-        return tf.logical_not(tf.reduce_any(tf.logical_and(hits, occupied[:, None, :]), axis=2))
+        fresh = not_accepted(darts, columns, occupied)
+        if not self._has_disks():
+          return fresh
+        inside = self._inside(radius_scale)
+
+        def within_a_disk(sq_dist, occupied, *radii):
+          return tf.reduce_any(tf.logical_and(inside(sq_dist, *radii), occupied[..., None, :]), axis=-1)
+
+        blocked = self._per_step(darts, columns, within_a_disk, occupied, *self._radii(darts, columns))
+        return tf.logical_and(fresh, tf.logical_not(blocked))
 
       # Nothing accepted yet (a draw's first block, the only one of most small batches): every
       # dart survives, as the test would find, without gathering the darts' rows for distances

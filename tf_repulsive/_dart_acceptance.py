@@ -63,8 +63,10 @@ class Acceptance:
     return tf.logical_or(same, self._per_step(rows, cols, self._inside(radius_scale), *self._radii(rows, cols)))
 
   def _has_disks(self) -> bool:
-    """Whether the points may have disks. (In a trace and in a refreshable thrower the radius is a
-    tensor, never known to be 0.)"""
+    """Whether the points may have disks.
+
+    In a trace and in a refreshable thrower the one radius is a tensor, never known to be 0.
+    """
     uniform_radius = self._state.uniform_radius
     return self._config.disks and not (isinstance(uniform_radius, float) and uniform_radius == 0.0)
 

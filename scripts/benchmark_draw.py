@@ -152,7 +152,7 @@ def main(argv):
   counts = np.bincount(values, minlength=neighbors + 1)
   histogram = tf.constant(counts / counts.sum(), tf.float64)
   uniform_pi = tf.constant(np.full(neighbors + 1, 1 / (neighbors + 1)), tf.float64)
-  point_radius, max_darts = np.full(num_points, radius), _samplers._dart_budget(None, k)
+  point_radius, max_darts = np.full(num_points, radius), _samplers.dart_budget(None, k)
   print(f"{_DATA.value}: N = {num_points}, d = {features.shape[1]}, k = {k}, radius {radius}; "
         f"points per mingling value {counts.tolist()}")
   trees = {"": _dart_modules()}

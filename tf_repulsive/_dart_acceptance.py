@@ -62,6 +62,17 @@ class Acceptance:
       return same
     return tf.logical_or(same, self._per_step(rows, cols, self._inside(radius_scale), *self._radii(rows, cols)))
 
+  def _drops_repeats(self) -> bool:
+    """Whether a block drops the darts that repeat an earlier dart of their step before the settling.
+
+    Such a dart is rejected, as the sequential loop rejects it: the earlier copy is accepted, or
+    blocked by an accepted point that blocks this copy too. The sort that finds them pays where
+    darts repeat the same few points often (darts by mingling value or weight), and without disks,
+    where distinct survivors need no settling at all. Uniform darts with disks rarely repeat: an
+    identity test in the settling is cheaper there.
+    """
+    return self._config.pi is not None or self._config.weighted_darts or not self._has_disks()
+
   def _has_disks(self) -> bool:
     """Whether the points may have disks.
 
@@ -169,6 +180,8 @@ class Acceptance:
     """
     size = tf.shape(darts)[1]
     survives = self._survives(darts, accepted, count, radius_scale)
+    if self._drops_repeats():
+      survives = tf.logical_and(survives, first_occurrences(darts))
     # A step settles its darts up to its `max_survivors`-th survivor; the block settles the darts
     # before the first step's cut (rounded down to a block start), which every step settled.
     rank = tf.cumsum(tf.cast(survives, tf.int32), axis=1)
@@ -182,9 +195,26 @@ class Acceptance:
     # The survivors, compacted in dart order.
     compact = self._compacted(darts, tf.where(survivors, rank - 1, width), width)
     valid = tf.range(width)[None, :] < survivor_count[:, None]
+    # Distinct darts without disks conflict with nothing: all are taken.
+    taken = self._settled(compact, valid, width, radius_scale) if self._has_disks() else valid
+    survival = tf.cast(width, tf.float32) / tf.cast(settled, tf.float32)
+    # The sequential loop stops at k accepted points.
+    accepted, count = self.append_first(accepted, count, compact, taken)
+    return accepted, count, settled, survival
+
+  def _settled(self, compact: tf.Tensor, valid: tf.Tensor, width: tf.Tensor, radius_scale: tf.Tensor) -> tf.Tensor:
+    """`[S, width]` bool: the survivors (`compact`, the first `valid`) the sequential loop takes."""
+    # Dart i is blocked by an earlier dart j within the smaller disk, or at the same point (only
+    # when repeats are kept). Only valid rows are ever undecided, and the valid darts are a
+    # prefix, so an earlier dart of a valid row is valid: no mask for the columns.
     earlier = tf.range(width)[None, :] < tf.range(width)[:, None]
-    blocks = tf.logical_and(tf.logical_and(self.conflicts(compact, compact, radius_scale), earlier),
-                            valid[:, None, :])
+    inside, radii = self._inside(radius_scale), self._radii(compact, compact)
+    if self._drops_repeats():
+      blocks = self._per_step(compact, compact, lambda sq_dist, *pair: tf.logical_and(inside(sq_dist, *pair), earlier),
+                              *radii)
+    else:
+      same = tf.equal(compact[:, :, None], compact[:, None, :])
+      blocks = tf.logical_and(tf.logical_or(self._per_step(compact, compact, inside, *radii), same), earlier)
 
     # A dart is accepted once no earlier dart that blocks it can still be accepted, and rejected
     # once an earlier blocking dart is accepted. Each round settles at least the first undecided
@@ -202,10 +232,7 @@ class Acceptance:
       return undecided, taken
 
     _, taken = tf.while_loop(unsettled, settle, (valid, tf.zeros_like(valid)), maximum_iterations=width)
-    survival = tf.cast(width, tf.float32) / tf.cast(settled, tf.float32)
-    # The sequential loop stops at k accepted points.
-    accepted, count = self.append_first(accepted, count, compact, taken)
-    return accepted, count, settled, survival
+    return taken
 
   def append_first(self, accepted: tf.Tensor, count: tf.Tensor, values: tf.Tensor,
                    keep: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -219,6 +246,17 @@ class Acceptance:
     accepted = tf.tensor_scatter_nd_update(
         spare, tf.stack([step_rows(slots), slots], axis=2), values)[:, :batch_size]
     return accepted, count + tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
+
+
+def first_occurrences(values: tf.Tensor) -> tf.Tensor:
+  """`[S, n]` bool: whether each entry of `values` (`[S, n]` int32) is the first of its value in its row.
+
+  A stable sort per row: O(n log n).
+  """
+  order = tf.argsort(values, axis=1, stable=True)
+  ordered = tf.gather(values, order, batch_dims=1)
+  first_in_order = tf.concat([tf.ones_like(ordered[:, :1], tf.bool), ordered[:, 1:] != ordered[:, :-1]], axis=1)
+  return tf.scatter_nd(tf.stack([step_rows(values), order], axis=2), first_in_order, tf.shape(values))
 
 
 def not_accepted(darts: tf.Tensor, columns: tf.Tensor, occupied: tf.Tensor) -> tf.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tf_repulsive._dart_acceptance import Acceptance
+from tf_repulsive._dart_acceptance import first_occurrences
 from tf_repulsive._dart_acceptance import not_accepted
 from tf_repulsive._dart_acceptance import step_rows
 from tf_repulsive._dart_config import DART_ALIGN
@@ -203,12 +204,7 @@ class BlockDraws:
     candidates = tf.random.stateless_uniform([steps, width], tf.random.experimental.stateless_fold_in(fill_key, 1),
                                              minval=0, maxval=config.num_points, dtype=tf.int32)
     occupied = tf.range(k)[None, :] < count[:, None]
-    # A candidate's first occurrence: the first of its run once sorted stably by value.
-    order = tf.argsort(candidates, axis=1, stable=True)
-    ordered = tf.gather(candidates, order, batch_dims=1)
-    first_in_order = tf.concat([tf.ones([steps, 1], tf.bool), ordered[:, 1:] != ordered[:, :-1]], axis=1)
-    first = tf.scatter_nd(tf.stack([step_rows(candidates), order], axis=2), first_in_order, [steps, width])
-    fresh = tf.logical_and(first, not_accepted(candidates, accepted, occupied))
+    fresh = tf.logical_and(first_occurrences(candidates), not_accepted(candidates, accepted, occupied))
     filled, filled_count = self._acceptance.append_first(accepted, count, candidates, fresh)
     return tf.cond(tf.reduce_all(filled_count == k), lambda: filled,
                    lambda: self._fill_by_scores(fill_key, accepted, count))

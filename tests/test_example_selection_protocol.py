@@ -94,6 +94,9 @@ def test_tuning_chooses_on_validation_and_finished_runs_are_read(example_main, t
   assert ("| vanilla_pds@gradient | uniform (best) | 20% | +0.0 [+0.0, +0.0] | 0/0, p = 1.000 | -20 [-20, -20] "
           "| no difference shown |") in summary
   assert "| vanilla_pds@gradient | epoch_shuffle | 20% | -4.3 [-4.3, -4.3] | 2/2, p = 0.500 |" in summary
+  # Final test errors: the arm 5%, uniform 10%, epoch shuffling 30%.
+  assert "| vanilla_pds@gradient | uniform | -5.00 [-5.00, -5.00] | -5.00 | 0/2 |" in summary
+  assert "| epoch_shuffle | uniform | +20.00 [+20.00, +20.00] | +20.00 | 2/2 |" in summary
 
 
 def test_paired_statistics():

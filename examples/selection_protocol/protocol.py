@@ -15,7 +15,8 @@ The protocol of docs/results/adaptive_density.md, on the Deep-MNIST runs of exam
    that the machine's load falls on all alike.
 4. Summary. Per arm: steps and train seconds to each target test error, the test error at the
    step budget and at a budget of seconds, and per-seed paired differences against each tuned
-   baseline: the median, its 95% bootstrap interval and a two-sided sign test.
+   baseline: the median, its 95% bootstrap interval and a two-sided sign test. The test error
+   at the step budget is paired the same way, as a report beside the decision rule.
 
 Every run writes into its own directory under the workdir (`tuning/`, `refresh/`, `evaluation/`);
 a run whose `eval.csv` reached the step budget is read, not rerun, so the protocol resumes.
@@ -244,7 +245,8 @@ def verdict(interval: tuple[float, float]) -> str:
 
 
 def summarize(config: ProtocolConfig, curves: dict[str, list[Curve]], baselines: Sequence[str]) -> str:
-  """The evaluation's tables (markdown): per arm, then paired against each tuned baseline per target.
+  """The evaluation's tables (markdown): per arm, paired against each tuned baseline per target, and
+  the test error at the step budget paired against each tuned baseline.
 
   `curves` maps each evaluated label (the baselines first) to its runs in the order of `config.seeds`.
   """
@@ -295,6 +297,22 @@ def summarize(config: ProtocolConfig, curves: dict[str, list[Curve]], baselines:
             verdict(ci_seconds) if baseline == fastest else ""])
   if paired_rows:
     tables.append(common.markdown_table(paired_header, paired_rows))
+
+  # Reported, not decided on: the test error each seed ends with, against each baseline's.
+  error_rows = []
+  for label, runs in curves.items():
+    for baseline in baselines:
+      if label == baseline or len(runs) != len(curves[baseline]):
+        continue
+      d_error = np.array([100 * (run[-1]["test_error"] - base[-1]["test_error"])
+                          for run, base in zip(runs, curves[baseline], strict=True)])
+      ci_error = bootstrap_median_interval(d_error, config.resamples)
+      error_rows.append([label, baseline, f"{np.median(d_error):+.2f} [{ci_error[0]:+.2f}, {ci_error[1]:+.2f}]",
+                         f"{np.mean(d_error):+.2f}", f"{int(np.sum(d_error > 0))}/{len(d_error)}"])
+  if error_rows:
+    tables.append(f"Test error at {config.steps} steps, paired per seed (reported; the decision rule is on seconds):")
+    tables.append(common.markdown_table(
+        ["arm", "vs", "Δ test error (points), median [95% CI]", "Δ mean", "seeds with a higher error"], error_rows))
   return "\n\n".join(tables)
 
 

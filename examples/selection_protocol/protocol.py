@@ -244,6 +244,12 @@ def verdict(interval: tuple[float, float]) -> str:
   return "slower" if interval[0] > 0 else "no difference shown"
 
 
+def _paired(curves: dict[str, list[Curve]], baselines: Sequence[str]) -> list[tuple[str, str]]:
+  """(label, baseline) for every evaluated label against every other tuned baseline with as many seeds."""
+  return [(label, baseline) for label in curves for baseline in baselines
+          if label != baseline and len(curves[label]) == len(curves[baseline])]
+
+
 def summarize(config: ProtocolConfig, curves: dict[str, list[Curve]], baselines: Sequence[str]) -> str:
   """The evaluation's tables (markdown): per arm, paired against each tuned baseline per target, and
   the test error at the step budget paired against each tuned baseline.
@@ -280,35 +286,29 @@ def summarize(config: ProtocolConfig, curves: dict[str, list[Curve]], baselines:
     steps = {label: np.array([to_target(run, target, config.eval_every)[0] for run in runs])
              for label, runs in curves.items()}
     fastest = min(baselines, key=lambda label: np.median(seconds[label]))
-    for label in curves:
-      for baseline in baselines:
-        if label == baseline or len(curves[label]) != len(curves[baseline]):
-          continue
-        d_seconds, d_steps = seconds[label] - seconds[baseline], steps[label] - steps[baseline]
-        ci_seconds = bootstrap_median_interval(d_seconds, config.resamples)
-        ci_steps = bootstrap_median_interval(d_steps, config.resamples)
-        below, nonzero, p = sign_test(d_seconds)
-        best_mark = " (best)" if baseline == fastest else ""
-        paired_rows.append([
-            label, baseline + best_mark, f"{target:g}%",
-            f"{np.median(d_seconds):+.1f} [{ci_seconds[0]:+.1f}, {ci_seconds[1]:+.1f}]",
-            f"{below}/{nonzero}, p = {p:.3f}",
-            f"{np.median(d_steps):+.0f} [{ci_steps[0]:+.0f}, {ci_steps[1]:+.0f}]",
-            verdict(ci_seconds) if baseline == fastest else ""])
+    for label, baseline in _paired(curves, baselines):
+      d_seconds, d_steps = seconds[label] - seconds[baseline], steps[label] - steps[baseline]
+      ci_seconds = bootstrap_median_interval(d_seconds, config.resamples)
+      ci_steps = bootstrap_median_interval(d_steps, config.resamples)
+      below, nonzero, p = sign_test(d_seconds)
+      best_mark = " (best)" if baseline == fastest else ""
+      paired_rows.append([
+          label, baseline + best_mark, f"{target:g}%",
+          f"{np.median(d_seconds):+.1f} [{ci_seconds[0]:+.1f}, {ci_seconds[1]:+.1f}]",
+          f"{below}/{nonzero}, p = {p:.3f}",
+          f"{np.median(d_steps):+.0f} [{ci_steps[0]:+.0f}, {ci_steps[1]:+.0f}]",
+          verdict(ci_seconds) if baseline == fastest else ""])
   if paired_rows:
     tables.append(common.markdown_table(paired_header, paired_rows))
 
   # Reported, not decided on: the test error each seed ends with, against each baseline's.
   error_rows = []
-  for label, runs in curves.items():
-    for baseline in baselines:
-      if label == baseline or len(runs) != len(curves[baseline]):
-        continue
-      d_error = np.array([100 * (run[-1]["test_error"] - base[-1]["test_error"])
-                          for run, base in zip(runs, curves[baseline], strict=True)])
-      ci_error = bootstrap_median_interval(d_error, config.resamples)
-      error_rows.append([label, baseline, f"{np.median(d_error):+.2f} [{ci_error[0]:+.2f}, {ci_error[1]:+.2f}]",
-                         f"{np.mean(d_error):+.2f}", f"{int(np.sum(d_error > 0))}/{len(d_error)}"])
+  for label, baseline in _paired(curves, baselines):
+    d_error = np.array([100 * (run[-1]["test_error"] - base[-1]["test_error"])
+                        for run, base in zip(curves[label], curves[baseline], strict=True)])
+    ci_error = bootstrap_median_interval(d_error, config.resamples)
+    error_rows.append([label, baseline, f"{np.median(d_error):+.2f} [{ci_error[0]:+.2f}, {ci_error[1]:+.2f}]",
+                       f"{np.mean(d_error):+.2f}", f"{int(np.sum(d_error > 0))}/{len(d_error)}"])
   if error_rows:
     tables.append(f"Test error at {config.steps} steps, paired per seed (reported; the decision rule is on seconds):")
     tables.append(common.markdown_table(

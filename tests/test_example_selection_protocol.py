@@ -3,10 +3,12 @@
 import csv
 import pathlib
 
+from absl import flags
 import numpy as np
 import pytest
 
 from examples import settings
+from examples.selection_protocol import curves
 from examples.selection_protocol import protocol
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
@@ -97,6 +99,24 @@ def test_tuning_chooses_on_validation_and_finished_runs_are_read(example_main, t
   # Final test errors: the arm 5%, uniform 10%, epoch shuffling 30%.
   assert "| vanilla_pds@gradient | uniform | -5.00 [-5.00, -5.00] | -5.00 | 0/2 |" in summary
   assert "| epoch_shuffle | uniform | +20.00 [+20.00, +20.00] | +20.00 | 2/2 |" in summary
+
+  # Packed into one CSV and unpacked elsewhere, the runs come back byte for byte and give the same
+  # summary without training; a run still training is not packed.
+  _write_run(tmp_path / "evaluation" / "uniform/lr=0.001,constant" / "seed_2", [0.9, 0.5], [0.9, 0.5], steps=(0, 20))
+  text, runs = curves.pack(tmp_path, 60)
+  assert runs == 18
+  copy = tmp_path.parent / "unpacked"
+  assert curves.unpack(text, copy) == 18 and curves.unpack(text, copy) == 0
+  for path in tmp_path.rglob("eval.csv"):
+    twin = copy / path.relative_to(tmp_path)
+    assert twin.exists() == (path.parent.name != "seed_2")
+    assert not twin.exists() or twin.read_bytes() == path.read_bytes()
+  flags.FLAGS.workdir = str(copy)
+  program.main(["main"])
+  assert capsys.readouterr().out.count("(finished earlier") == 8 + 4 + 6
+  assert (copy / "summary.md").read_text() == summary
+  with pytest.raises(ValueError, match="first column must be `run`"):
+    curves.unpack("step,test_accuracy\n0,0.1\n", copy)
 
 
 def test_paired_statistics():

@@ -100,6 +100,13 @@ def test_the_tuning_chooses_the_test_of_darts_and_the_blocks(survival_test):
   config = _dart_throwing.DartThrower(_grid(6), _plan(np.full(36, 1.5), 36), 20, tuning=tuning)._config
   assert config.survival_in_one_pass == (tuning.one_pass_from == 1)
   assert config.survivor_target == 4 and config.max_survivors == 8
+  # A block aims for a quarter more survivors than a step needs, and for exactly as many in high
+  # dimensions, where products cost more than a further block (unless the cache replaces them).
+  for dim, cache_bytes, target in [(64, 0, 28), (512, 0, 20), (1024, 2**24, 28)]:
+    points = np.random.default_rng(dim).normal(size=(40, dim)).astype(np.float32)
+    config = _dart_throwing.DartThrower(points, _plan(np.full(40, 1.0), 40), 20, cache_bytes,
+                                        tuning=survival_test)._config
+    assert (config.distance_cache, config.survivor_target) == (cache_bytes > 0, target), dim
 
 
 def test_equals_sequential_dart_throwing_with_darts_drawn_by_mingling_value(survival_test):
@@ -130,6 +137,19 @@ def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(su
     expected = _sequential(_thrown_darts(thrower, step), points, radius, 20)
     indices, fallback = _batch(thrower, step)
     assert indices[:len(expected)].tolist() == expected and fallback == 20 - len(expected)
+
+
+def test_equals_sequential_dart_throwing_with_tight_blocks_in_high_dimensions(survival_test):
+  # The grid in 600 dimensions (zeros past the first two): distances stay exact integers, and a
+  # block aims for exactly the points a step still needs, so blocks that fall short are common.
+  points = np.pad(np.concatenate([_grid(12), _grid(12)]), [(0, 0), (0, 598)])
+  radius = np.full(len(points), 1.5)
+  thrower = _dart_throwing.DartThrower(points, _plan(radius, 300), 30, tuning=survival_test)
+  assert thrower._config.survivor_target == 32 and thrower._config.survivor_margin == 1.0
+  for step in range(0, 40, 3):
+    expected = _sequential(_thrown_darts(thrower, step), points, radius, 30)
+    indices, fallback = _batch(thrower, step)
+    assert indices[:len(expected)].tolist() == expected and fallback == 30 - len(expected)
 
 
 @pytest.mark.parametrize("radius_scale", [1.0, 0.0])

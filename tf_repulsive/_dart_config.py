@@ -79,6 +79,9 @@ class DartTuning:
       `[S, m, m]` conflict matrix).
     survivor_margin: survivors a block aims for per point a step still needs: a quarter more,
       for the ones that block each other.
+    tight_blocks_from_dim: from this feature dimension on, without the distance cache, a block
+      aims for exactly the points a step still needs (margin 1). There a dart's distance products
+      cost more than the next block's per-op cost, which the darts that block each other then pay.
     block_cells: bound on the elements of a block's distance matrix against the accepted set and
       of its gathered dart rows (S * darts * max(accepted, d + 2)).
     one_pass_from: from this batch size on, with one disk radius, the test of a block's darts
@@ -110,6 +113,7 @@ class DartTuning:
   max_survivor_target: int = 512
   max_survivors_over_target: int = 2
   survivor_margin: float = 1.25
+  tight_blocks_from_dim: int = 512
   block_cells: int = 2**22
   one_pass_from: int = 2048
   one_product_from_k_over_d: int = 3
@@ -151,7 +155,8 @@ class DrawConfig:
     max_survivors: the most survivors a block settles per step.
     max_block_rows: the most darts per step of a block, by `block_cells` and d.
     block_cells: `DartTuning.block_cells`.
-    survivor_margin: `DartTuning.survivor_margin`.
+    survivor_margin: survivors a block aims for per point a step still needs:
+      `DartTuning.survivor_margin`, or 1 from `DartTuning.tight_blocks_from_dim` on.
     fill_candidates: uniform draws with replacement per step for the fallback fill, or None: the
       fill scores every point (O(N), but then N is a few k).
   """
@@ -182,9 +187,11 @@ class DrawConfig:
     """The configuration of a thrower of `plan` on prepared tensors with these properties."""
     steps_per_draw = _steps_per_draw(batch_size, max_steps_per_draw, tuning.step_rows_per_draw)
     # A block aims for enough survivors to fill what a step still needs (`survivor_margin` more,
-    # for the ones that block each other), up to `max_survivor_target`; it settles at most
-    # `max_survivors_over_target` times that.
-    survivor_target = _aligned(min(math.ceil(tuning.survivor_margin * batch_size), tuning.max_survivor_target))
+    # for the ones that block each other; none in high dimensions), up to `max_survivor_target`;
+    # it settles at most `max_survivors_over_target` times that.
+    tight = dim >= tuning.tight_blocks_from_dim and not distance_cache
+    survivor_margin = 1.0 if tight else tuning.survivor_margin
+    survivor_target = _aligned(min(math.ceil(survivor_margin * batch_size), tuning.max_survivor_target))
     # The fallback fill's candidates are enough to find the k distinct new points it may need
     # (see `_dart_blocks.BlockDraws._fill_uniformly`); None: fill by scores, O(N) but then N is a
     # few k.
@@ -202,7 +209,7 @@ class DrawConfig:
         survival_in_one_pass=batch_size >= tuning.one_pass_from, survivor_target=survivor_target,
         max_survivors=tuning.max_survivors_over_target * survivor_target,
         max_block_rows=max(DART_ALIGN, tuning.block_cells // (steps_per_draw * (dim + 2))),
-        block_cells=tuning.block_cells, survivor_margin=tuning.survivor_margin, fill_candidates=fill_candidates)
+        block_cells=tuning.block_cells, survivor_margin=survivor_margin, fill_candidates=fill_candidates)
 
 
 def _steps_per_draw(batch_size: int, most: int, step_rows: int) -> int:

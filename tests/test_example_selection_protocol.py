@@ -117,6 +117,8 @@ def test_tuning_chooses_on_validation_and_finished_runs_are_read(example_main, t
   assert (copy / "summary.md").read_text() == summary
   with pytest.raises(ValueError, match="first column must be `run`"):
     curves.unpack("step,test_accuracy\n0,0.1\n", copy)
+  with pytest.raises(ValueError, match="not a directory inside the workdir"):
+    curves.unpack("run,step\n../elsewhere,0\n", copy)
 
 
 def test_paired_statistics():

@@ -21,6 +21,7 @@ from absl import flags
 
 from examples.mnist_deep_sweep import sweep
 
+
 def pack(workdir: pathlib.Path, steps: int) -> tuple[str, int]:
   """Every finished run's `eval.csv` under `workdir` as one CSV, the run's directory first; and how many runs."""
   out, header, runs = io.StringIO(), None, 0
@@ -48,6 +49,9 @@ def unpack(curves: str, workdir: pathlib.Path) -> int:
     raise ValueError("--curves: not a file written by `pack` (its first column must be `run`).")
   header, runs = rows[0][1:], {}
   for row in rows[1:]:
+    run = pathlib.PurePosixPath(row[0])
+    if run.is_absolute() or ".." in run.parts:
+      raise ValueError(f"--curves: run {row[0]!r} is not a directory inside the workdir.")
     runs.setdefault(row[0], []).append(row[1:])
   written = 0
   for run, body in runs.items():

@@ -69,7 +69,7 @@ def throughput_batch_sizes() -> None:
       axis.set_xscale("log", base=2)
       axis.set_xticks([50, 512, 2048, 4096], labels=["50", "512", "2048", "4096"])
       axis.minorticks_off()
-      axis.set_ylim(0, 2)
+      axis.set_ylim(0, 2.5)
       axis.set_title(f"{data} 50000 × 64, read by a {title}")
       if row_index == 1:
         axis.set_xlabel("batch size k")

@@ -2,7 +2,7 @@
 
   PYTHONPATH=. .venv/bin/python scripts/benchmark_batch_sizes.py [--data=gaussian,clusters] [--num_points=50000]
       [--dim=64] [--batch_sizes=50,512,2048,4096] [--samplers=vanilla_pds,...] [--radius=auto]
-      [--seconds=2] [--rounds=3] [--reuse_mingling]
+      [--seconds=2] [--rounds=3] [--reuse_mingling] [--processes=1]
 
 Each pipeline gets one iterator, which reads 3 batches to warm up (for shuffle + batch that fills
 its shuffle buffer) and is then timed in rounds that alternate the pipelines (shuffle + batch
@@ -14,6 +14,9 @@ supplied, and the first batch of a new iterator (median of 3, measured first, wh
 iterator draws ahead beside it; shuffle + batch's last, as its iterators free a buffer of N
 elements). With `--reuse_mingling` the mingling values of a dataset are computed by its first
 build that needs them and reused by the later ones, whose build times then leave that search out.
+With `--processes=P` the whole run repeats in P fresh processes, one after the other, and a final
+table gives each cell's median over them and their range: a process's thread pools and memory
+layout move its rates by up to a third, more than rounds within it differ.
 Data: `--data` of `--num_points` x `--dim` float32 with 10 labels: `gaussian` (standard normal),
 `clusters` (10 well separated Gaussian clusters, one per label), `mnist_like` (10 overlapping
 clusters in [0, 1]^d, as in benchmark_throughput.py) or `digits` (the bundled digits' 1257 x 64
@@ -21,7 +24,11 @@ training split; `--num_points` and `--dim` do not apply).
 """
 
 import hashlib
+import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -47,6 +54,9 @@ _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds.")
 _STARTS = flags.DEFINE_integer("starts", 3, "New iterators per pipeline for the first-batch median.")
 _REUSE_MINGLING = flags.DEFINE_bool("reuse_mingling", False,
                                     "Compute the mingling values once per dataset (the later builds leave them out).")
+_PROCESSES = flags.DEFINE_integer("processes", 1, "Fresh processes that each run every cell; cells give their median.",
+                                  lower_bound=1)
+_ROWS_OUT = flags.DEFINE_string("rows_out", None, "Also append the rows as JSON lines to this file.")
 
 _SAMPLERS_BY_NAME = {
     "uniform": lambda radius: tf_repulsive.Uniform(),
@@ -134,8 +144,39 @@ def first_batch_ms(pipeline, repeats, batcher):
   return 1000 * float(np.median(times))
 
 
+_MEASURES = ("python_rate", "python_ratio", "graph_rate", "graph_ratio", "first_ms", "first_ratio")
+
+
+def median_over_processes():
+  """Runs this benchmark in `--processes` fresh processes and prints each cell's median and range over them."""
+  forwarded = [flags.FLAGS[holder.name].serialize() for holder in (
+      _DATA, _NUM_POINTS, _DIM, _BATCH_SIZES, _SAMPLERS, _RADIUS, _SECONDS, _ROUNDS, _STARTS, _REUSE_MINGLING)]
+  with tempfile.TemporaryDirectory() as directory:
+    rows_file = os.path.join(directory, "rows.jsonl")
+    for process in range(_PROCESSES.value):
+      print(f"Process {process + 1} of {_PROCESSES.value}:", flush=True)
+      subprocess.run([sys.executable, os.path.abspath(__file__), *forwarded, "--processes=1", f"--rows_out={rows_file}"], check=True)
+    with open(rows_file) as rows_text:
+      rows = [json.loads(line) for line in rows_text]
+  cells = {}
+  for row in rows:
+    cells.setdefault((row["data"], row["k"], row["pipeline"]), []).append(row)
+  print(f"\nMedian over {_PROCESSES.value} processes (lowest–highest in brackets):")
+  print("| data | k | pipeline | batches/s, Python loop | ratio | batches/s, graph loop | ratio | first batch (ms) | ratio |")
+  print("|---|---|---|---|---|---|---|---|---|")
+  for (data_name, batch_size, name), runs in cells.items():
+    values = {measure: np.asarray([run[measure] for run in runs]) for measure in _MEASURES}
+    text = [f"{np.median(v):.{1 if measure.endswith(('rate', 'ms')) else 2}f}"
+            + (f" [{v.min():.2f}–{v.max():.2f}]" if measure.endswith("ratio") else "")
+            for measure, v in values.items()]
+    print(f"| {data_name} | {batch_size} | {name} | {' | '.join(text)} |", flush=True)
+
+
 def main(argv):
   del argv
+  if _PROCESSES.value > 1:
+    median_over_processes()
+    return
   if _REUSE_MINGLING.value:
     reuse_mingling_values()
   radius = {"radius": "auto"} if _RADIUS.value == "auto" else {}
@@ -174,14 +215,20 @@ def main(argv):
       fills = {name: batcher.stats().fallback_points / max(1, batcher.stats().batches)
                for name, batcher in batchers.items()}
       for name in pipelines:
-        cells = []
+        row = {"data": data_name, "k": batch_size, "pipeline": name}
         for style in ("python", "graph"):
-          ratio = np.median(np.asarray(rates[name, style]) / np.asarray(rates["shuffle + batch", style]))
-          cells += [f"{np.median(rates[name, style]):.1f}", f"{ratio:.2f}"]
+          row[f"{style}_rate"] = float(np.median(rates[name, style]))
+          row[f"{style}_ratio"] = float(np.median(np.asarray(rates[name, style])
+                                                  / np.asarray(rates["shuffle + batch", style])))
+        row["first_ms"], row["first_ratio"] = starts[name], starts[name] / starts["shuffle + batch"]
         fill = f"{fills[name]:.0f}" if name in fills else ""
         build = f"{builds[name]:.1f}" if name in builds else ""
-        print(f"| {data_name} | {batch_size} | {name} | {build} | {fill} | {' | '.join(cells)} | "
-              f"{starts[name]:.1f} | {starts[name] / starts['shuffle + batch']:.2f} |", flush=True)
+        print(f"| {data_name} | {batch_size} | {name} | {build} | {fill} | {row['python_rate']:.1f} | "
+              f"{row['python_ratio']:.2f} | {row['graph_rate']:.1f} | {row['graph_ratio']:.2f} | "
+              f"{row['first_ms']:.1f} | {row['first_ratio']:.2f} |", flush=True)
+        if _ROWS_OUT.value:
+          with open(_ROWS_OUT.value, "a") as rows_file:
+            rows_file.write(json.dumps(row) + "\n")
       del timed, pipelines
 
 

@@ -39,8 +39,10 @@ class Acceptance:
     if state.sq_distances is not None:
       pairs = tf.cast(rows, tf.int64)[:, :, None] * self._config.num_points + tf.cast(cols, tf.int64)[:, None, :]
       return finish(tf.gather(state.sq_distances, pairs), *step_args)
-    row_x, col_x = tf.gather(state.features, rows), tf.gather(state.features, cols)
-    row_norms, col_norms = tf.gather(state.shrunk_sq_norms, rows), tf.gather(state.shrunk_sq_norms, cols)
+    # (The settling measures a block's darts against themselves: one gather serves both sides.)
+    row_x, row_norms = tf.gather(state.features, rows), tf.gather(state.shrunk_sq_norms, rows)
+    col_x, col_norms = (row_x, row_norms) if cols is rows else (tf.gather(state.features, cols),
+                                                                tf.gather(state.shrunk_sq_norms, cols))
     if self._config.one_product:
       lhs, rhs = tf.unstack(as_rows(row_x, row_norms)), tf.unstack(as_columns(col_x, col_norms))
       # One 2-D `MatMul` per step: inside the stream's single-device function TensorFlow's
@@ -81,18 +83,26 @@ class Acceptance:
     uniform_radius = self._state.uniform_radius
     return self._config.disks and not (isinstance(uniform_radius, float) and uniform_radius == 0.0)
 
-  def _inside(self, radius_scale: tf.Tensor) -> Callable[..., tf.Tensor]:
-    """A `finish` of `_per_step`: whether a pair is closer than the smaller of its radii (`_radii`)."""
+  def _inside(self, radius_scale: tf.Tensor, within: tf.Tensor | None = None) -> Callable[..., tf.Tensor]:
+    """A `finish` of `_per_step`: whether a pair is closer than the smaller of its radii (`_radii`).
+
+    With `within` (bool, broadcast against the distances), only the pairs it marks can be inside:
+    for one radius it sets the others' bound to -inf, so that one comparison replaces a
+    comparison and a mask (each a pass over the block's matrix).
+    """
     uniform_radius = self._state.uniform_radius
     if uniform_radius is not None:
       sq_radius = tf.square(uniform_radius * radius_scale)
       below = tf.where(sq_radius > 0.0, sq_radius, -np.inf)
+      if within is not None:
+        below = tf.where(within, below, -np.inf)
       return lambda sq_dist: sq_dist < below
 
     # Per-point radii: radius 0 means no disk.
     def inside(sq_dist, row_radius, col_radius):
       sq_radius = tf.square(radius_scale * tf.minimum(row_radius[..., :, None], col_radius[..., None, :]))
-      return tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius)
+      inside = tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius)
+      return inside if within is None else tf.logical_and(inside, within)
 
     return inside
 
@@ -116,10 +126,8 @@ class Acceptance:
         fresh = not_accepted(darts, columns, occupied)
         if not self._has_disks():
           return fresh
-        inside = self._inside(radius_scale)
-
         def within_a_disk(sq_dist, occupied, *radii):
-          return tf.reduce_any(tf.logical_and(inside(sq_dist, *radii), occupied[..., None, :]), axis=-1)
+          return tf.reduce_any(self._inside(radius_scale, within=occupied[..., None, :])(sq_dist, *radii), axis=-1)
 
         blocked = self._per_step(darts, columns, within_a_disk, occupied, *self._radii(darts, columns))
         return tf.logical_and(fresh, tf.logical_not(blocked))
@@ -215,6 +223,18 @@ class Acceptance:
     else:
       same = tf.equal(compact[:, :, None], compact[:, None, :])
       blocks = tf.logical_and(tf.logical_or(self._per_step(compact, compact, inside, *radii), same), earlier)
+    # The blocking pairs as a list (step, dart, earlier dart): dense passes over the
+    # `[S, width, width]` matrix would cost every round what one pass costs, and a block has few
+    # pairs (the blocked darts, and the one or few earlier darts that block each).
+    pairs = tf.cast(tf.where(blocks), tf.int32)
+    blocked_dart = pairs[:, 0] * width + pairs[:, 1]
+    blocker = pairs[:, 0] * width + pairs[:, 2]
+    num_darts = self._config.steps_per_draw * width
+
+    def any_blocker(among):
+      """Per dart (flat), whether an earlier dart that blocks it is `among` (flat bool)."""
+      hits = tf.math.unsorted_segment_sum(tf.cast(tf.gather(among, blocker), tf.int32), blocked_dart, num_darts)
+      return hits > 0
 
     # A dart is accepted once no earlier dart that blocks it can still be accepted, and rejected
     # once an earlier blocking dart is accepted. Each round settles at least the first undecided
@@ -224,15 +244,15 @@ class Acceptance:
       return tf.reduce_any(undecided)
 
     def settle(undecided, taken):
-      live = tf.logical_or(undecided, taken)
-      blocked = tf.reduce_any(tf.logical_and(blocks, live[:, None, :]), axis=2)
+      blocked = any_blocker(tf.logical_or(undecided, taken))
       taken = tf.logical_or(taken, tf.logical_and(undecided, tf.logical_not(blocked)))
-      beaten = tf.reduce_any(tf.logical_and(blocks, taken[:, None, :]), axis=2)
+      beaten = any_blocker(taken)
       undecided = tf.logical_and(tf.logical_and(undecided, blocked), tf.logical_not(beaten))
       return undecided, taken
 
-    _, taken = tf.while_loop(unsettled, settle, (valid, tf.zeros_like(valid)), maximum_iterations=width)
-    return taken
+    flat_valid = tf.reshape(valid, [-1])
+    _, taken = tf.while_loop(unsettled, settle, (flat_valid, tf.zeros_like(flat_valid)), maximum_iterations=width)
+    return tf.reshape(taken, tf.shape(valid))
 
   def append_first(self, accepted: tf.Tensor, count: tf.Tensor, values: tf.Tensor,
                    keep: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -155,14 +155,16 @@ def median_over_processes():
     rows_file = os.path.join(directory, "rows.jsonl")
     for process in range(_PROCESSES.value):
       print(f"Process {process + 1} of {_PROCESSES.value}:", flush=True)
-      subprocess.run([sys.executable, os.path.abspath(__file__), *forwarded, "--processes=1", f"--rows_out={rows_file}"], check=True)
+      subprocess.run([sys.executable, os.path.abspath(__file__), *forwarded, "--processes=1",
+                      f"--rows_out={rows_file}"], check=True)
     with open(rows_file) as rows_text:
       rows = [json.loads(line) for line in rows_text]
   cells = {}
   for row in rows:
     cells.setdefault((row["data"], row["k"], row["pipeline"]), []).append(row)
   print(f"\nMedian over {_PROCESSES.value} processes (lowest–highest in brackets):")
-  print("| data | k | pipeline | batches/s, Python loop | ratio | batches/s, graph loop | ratio | first batch (ms) | ratio |")
+  print("| data | k | pipeline | batches/s, Python loop | ratio | batches/s, graph loop | ratio "
+        "| first batch (ms) | ratio |")
   print("|---|---|---|---|---|---|---|---|---|")
   for (data_name, batch_size, name), runs in cells.items():
     values = {measure: np.asarray([run[measure] for run in runs]) for measure in _MEASURES}

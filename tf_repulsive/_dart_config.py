@@ -109,7 +109,7 @@ class DartTuning:
     inclusion_cells: bound on the cells of one `[S, k, points]` conflict matrix of that estimate.
   """
 
-  step_rows_per_draw: int = 2048
+  step_rows_per_draw: int = 8192
   max_survivor_target: int = 512
   max_survivors_over_target: int = 2
   survivor_margin: float = 1.25

@@ -101,8 +101,8 @@ class Acceptance:
     # Per-point radii: radius 0 means no disk.
     def inside(sq_dist, row_radius, col_radius):
       sq_radius = tf.square(radius_scale * tf.minimum(row_radius[..., :, None], col_radius[..., None, :]))
-      inside = tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius)
-      return inside if within is None else tf.logical_and(inside, within)
+      closer = tf.logical_and(sq_radius > 0.0, sq_dist < sq_radius)
+      return closer if within is None else tf.logical_and(closer, within)
 
     return inside
 

@@ -4,11 +4,12 @@
       [--dim=64] [--batch_sizes=50,512,2048,4096] [--samplers=vanilla_pds,...] [--radius=auto]
       [--seconds=2] [--rounds=3] [--reuse_mingling] [--processes=1]
 
-Each pipeline gets one iterator, which reads 3 batches to warm up (for shuffle + batch that fills
-its shuffle buffer) and is then timed in rounds that alternate the pipelines (shuffle + batch
-first), each round reading batches for about `--seconds`: by a Python loop of `next(iterator)`
+Each sampler's pipeline is timed beside a shuffle + batch iterator of its own, with no other
+iterator open. Each of the two reads 3 batches to warm up (for shuffle + batch that fills its
+shuffle buffer) and is then timed in rounds that alternate the two (shuffle + batch first), each
+round reading batches for about `--seconds`: by a Python loop of `next(iterator)`
 (what `for x, y in dataset:` custom loops do) and by a `tf.function` loop of `get_next()` (what
-Keras' train step does). A ratio is the median over rounds of the round's ratio to shuffle + batch
+Keras' train step does). A ratio is the median over rounds of the round's ratio to its shuffle + batch
 consumed the same way. Also per pipeline: its build, the points per batch the fallback fill
 supplied, and the first batch of a new iterator (median of 3, measured first, while no other
 iterator draws ahead beside it; shuffle + batch's last, as its iterators free a buffer of N
@@ -206,22 +207,29 @@ def main(argv):
       # shuffle + batch's last, as its iterators' teardown frees N buffered elements.
       starts = {name: first_batch_ms(pipelines[name], _STARTS.value, batchers.get(name))
                 for name in [*batchers, "shuffle + batch"]}
-      for batcher in batchers.values():
-        batcher.start_at(0)
-      timed = {name: Timed(pipeline) for name, pipeline in pipelines.items()}
+      # Each sampler is timed against a shuffle + batch iterator of its own, with no other
+      # iterator open: with all of them open at once, the graph loop read each stream slower the
+      # later it was built (up to 2x at 60000 x 784, k = 50), whatever the sampler.
       rates = {(name, style): [] for name in pipelines for style in ("python", "graph")}
-      for _ in range(_ROUNDS.value):
-        for style in ("python", "graph"):
-          for name, reader in timed.items():
-            rates[name, style].append(reader.rate(style, _SECONDS.value))
+      baseline = {(name, style): [] for name in batchers for style in ("python", "graph")}
+      for name, batcher in batchers.items():
+        batcher.start_at(0)
+        timed = {"shuffle + batch": Timed(pipelines["shuffle + batch"]), name: Timed(pipelines[name])}
+        for _ in range(_ROUNDS.value):
+          for style in ("python", "graph"):
+            shuffled = timed["shuffle + batch"].rate(style, _SECONDS.value)
+            rates["shuffle + batch", style].append(shuffled)
+            baseline[name, style].append(shuffled)
+            rates[name, style].append(timed[name].rate(style, _SECONDS.value))
+        del timed
       fills = {name: batcher.stats().fallback_points / max(1, batcher.stats().batches)
                for name, batcher in batchers.items()}
       for name in pipelines:
         row = {"data": data_name, "k": batch_size, "pipeline": name}
         for style in ("python", "graph"):
           row[f"{style}_rate"] = float(np.median(rates[name, style]))
-          row[f"{style}_ratio"] = float(np.median(np.asarray(rates[name, style])
-                                                  / np.asarray(rates["shuffle + batch", style])))
+          row[f"{style}_ratio"] = 1.0 if name not in batchers else float(
+              np.median(np.asarray(rates[name, style]) / np.asarray(baseline[name, style])))
         row["first_ms"], row["first_ratio"] = starts[name], starts[name] / starts["shuffle + batch"]
         fill = f"{fills[name]:.0f}" if name in fills else ""
         build = f"{builds[name]:.1f}" if name in builds else ""
@@ -231,7 +239,7 @@ def main(argv):
         if _ROWS_OUT.value:
           with open(_ROWS_OUT.value, "a") as rows_file:
             rows_file.write(json.dumps(row) + "\n")
-      del timed, pipelines
+      del pipelines
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Per case: the whole build (`dataset.apply(batcher)`, after one warm-up build in 
 the first of its configuration: the process keeps no trace of its draw), the build of a second
 batcher on the same data (which draws through the first one's trace), the calibration's own
 draws (rerun on the built drawer, median of 3), the K-nearest-neighbour search of the mingling
-values (median of 2), the estimate of the inclusion probabilities that `inclusion_weights=True`
+values (median of 2), the estimate of the inclusion probabilities that `inclusion_weights`
 adds to the build (samplers with one law for every step; once), and a new iterator's first batch
 (median of 5 new iterators).
 """

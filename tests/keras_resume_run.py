@@ -62,7 +62,8 @@ def batcher_for(sampler_name, model=None, refreshes=None):
     space = tf_repulsive.ModelSpace(model, HiddenFeatures(), refresh_every=REFRESH_EVERY, directory=refreshes,
                                     verbose=False)
     return tf_repulsive.repulsive_batch(BATCH, QuicklyWeightedVanillaPDS(), seed=SEED, features=space,
-                                        inclusion_weights=True, options=tf_repulsive.BatcherOptions(verbose=False))
+                                        inclusion_weights="self_normalized",
+                                        options=tf_repulsive.BatcherOptions(verbose=False))
   return tf_repulsive.repulsive_batch(BATCH, checkpoint_cases.SAMPLERS[sampler_name](), seed=SEED)
 
 

@@ -168,12 +168,12 @@ def test_gradient_variance_with_inclusion_weights_is_the_weighted_split_of_the_s
   model = _linear_softmax()
   samplers = {"uniform": tf_repulsive.Uniform, "vanilla": tf_repulsive.VanillaPDS(radius="auto")}
   weighted = diagnostics.gradient_variance(model, _XENT, x, y, samplers, batch_size=10, num_batches=6,
-                                           variables="last_layer", inclusion_weights=True)
+                                           variables="last_layer", inclusion_weights="self_normalized")
   plain = diagnostics.gradient_variance(model, _XENT, x, y, samplers, batch_size=10, num_batches=6,
                                         variables="last_layer")
   gradients = diagnostics.per_example_gradients(model, _XENT, x, y, variables="last_layer")
   batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.VanillaPDS(radius="auto"), seed=0, start_step=0,
-                                         inclusion_weights=True,
+                                         inclusion_weights="self_normalized",
                                          options=tf_repulsive.BatcherOptions(verbose=False))
   tf.data.Dataset.from_tensor_slices((x.reshape(len(x), -1), y)).apply(batcher)
   draws = weighted.batches["vanilla"]

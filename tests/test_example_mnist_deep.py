@@ -51,7 +51,7 @@ def test_mnist_from_tfds_mock_data(tmp_path):
 
 def test_disks_in_the_gradient_space_refresh_and_weight_the_batches(tmp_path):
   config = train.Config(dataset="digits", train_fraction=0.2, sampler="vanilla_pds", radius="auto",
-                        space="gradient", refresh_every=2, inclusion_weights=True, steps=4, eval_every=2)
+                        space="gradient", refresh_every=2, inclusion_weights="unbiased", steps=4, eval_every=2)
   curve = train.train_and_evaluate(config, tmp_path, verbose=0)
   assert [row["step"] for row in curve] == [0, 2, 4]
   # Refreshes at steps 0 and 2 (not after the last step, 4: no step trains on it), both kept.

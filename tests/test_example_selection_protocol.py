@@ -18,7 +18,7 @@ def test_arms_are_parsed_from_their_names():
   arms = protocol.parse_arms("vanilla_pds@gradient, uniform, easy_pds@loss+weighted")
   assert [arm.name for arm in arms] == ["vanilla_pds@gradient", "uniform", "easy_pds@loss+weighted"]
   assert [protocol.arm_changes(arm) for arm in arms][2] == {"sampler": "easy_pds", "space": "loss",
-                                                            "inclusion_weights": True}
+                                                            "inclusion_weights": "self_normalized"}
   assert [arm.refreshes for arm in arms] == [True, False, True]
   assert protocol.parse_arms("") is None
   with pytest.raises(ValueError, match="unknown sampler 'bogus'"):

@@ -97,7 +97,7 @@ def test_batches_follow_sequential_darts_in_proportion_to_the_score(sampler, rad
     (tf_repulsive.ImportancePDS(radius=RADIUS, mixing=MIXING), RADIUS),
 ], ids=["importance", "importance_pds"])
 def test_inclusion_weights_are_the_inverse_of_each_elements_probability_of_being_in_a_batch(sampler, radius):
-  batcher = _batcher(sampler, inclusion_weights=True)
+  batcher = _batcher(sampler, inclusion_weights="self_normalized")
   law = _set_law(radius)
   exact = np.zeros(len(POINTS))
   for subset, probability in law.items():
@@ -110,7 +110,8 @@ def test_the_score_of_a_batch_is_biased_towards_large_norms_and_the_weights_remo
   rng = np.random.default_rng(0)
   features = np.exp(rng.normal(size=[400, 1])).astype(np.float32)
   batcher = tf_repulsive.repulsive_batch(16, tf_repulsive.Importance(mixing=0.3), seed=SEED, start_step=0,
-                                         inclusion_weights=True, options=tf_repulsive.BatcherOptions(verbose=False))
+                                         inclusion_weights="self_normalized",
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
   tf.data.Dataset.from_tensor_slices((features, np.zeros(400, np.int64))).apply(batcher)
   batches = np.concatenate([batcher.batch_indices(step)[None] for step in range(300)])
   values = features[batches, 0]
@@ -209,7 +210,8 @@ def test_marginals_draw_each_element_as_often_as_the_disks_with_no_repulsion():
   y = np.zeros(400, np.int64)
   disks = tf_repulsive.VanillaPDS(radius=0.75)
   options = tf_repulsive.BatcherOptions(verbose=False)
-  reference = tf_repulsive.repulsive_batch(10, disks, seed=1, start_step=0, inclusion_weights=True, options=options)
+  reference = tf_repulsive.repulsive_batch(10, disks, seed=1, start_step=0, inclusion_weights="self_normalized",
+                                           options=options)
   tf.data.Dataset.from_tensor_slices((x, y)).apply(reference)
   marginals = tf_repulsive.repulsive_batch(10, tf_repulsive.Marginals(disks), seed=1, start_step=0, options=options)
   tf.data.Dataset.from_tensor_slices((x, y)).apply(marginals)

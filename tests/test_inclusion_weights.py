@@ -1,8 +1,10 @@
-"""Inclusion weights: each element of a batch weighted by 1 / its probability of being in a batch.
+"""Inclusion weights: each element of a batch weighted by the inverse of its probability of being in a batch.
 
 The estimated probabilities must be the law of the draws (tested against the empirical frequencies
-of thousands of draws, chi-square), and the stream must hand Keras exactly those weights, scaled
-to average 1 over the global batch, in every element form Keras takes.
+of thousands of draws, chi-square), and the stream must hand Keras exactly those weights in every
+element form Keras takes: k / (N pi) ("unbiased"), or 1 / pi scaled to average 1 over the global
+batch ("self_normalized"). On a law whose probabilities are exact, the first form's batch loss is
+the data's mean loss in expectation and the second's is biased.
 """
 
 import dataclasses
@@ -59,7 +61,7 @@ def test_inclusion_probabilities_are_the_law_of_the_draws(sampler):
   # frequencies': the chi-square then tests the estimate's mean, not its noise.
   sampler = _estimated_over(sampler, 4096)
   x, y = _data()
-  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, inclusion_weights=True,
+  batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, inclusion_weights="self_normalized",
                                          options=tf_repulsive.BatcherOptions(verbose=False))
   tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   probabilities = batcher.inclusion_probabilities
@@ -76,12 +78,81 @@ def test_inclusion_probabilities_are_the_law_of_the_draws(sampler):
 
 def test_uniform_batches_are_weighted_one():
   x, y = _data()
-  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Uniform(), seed=SEED, start_step=0, inclusion_weights=True,
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Uniform(), seed=SEED, start_step=0,
+                                         inclusion_weights="self_normalized",
                                          options=tf_repulsive.BatcherOptions(verbose=False))
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
   np.testing.assert_array_equal(batcher.inclusion_probabilities, np.full(NUM_POINTS, BATCH / NUM_POINTS))
   _, _, weights = next(iter(stream))
   np.testing.assert_array_equal(weights.numpy(), np.ones(BATCH, np.float32))
+
+
+class _FixedSubsets(tf_repulsive.Sampler):
+  """Draws one of a few fixed k-subsets with fixed probabilities: a law whose inclusion probabilities are exact."""
+
+  def __init__(self, subsets, probabilities):
+    self.subsets, self.probabilities = np.asarray(subsets, np.int32), np.asarray(probabilities, np.float64)
+
+  def build(self, context):
+    subsets, probabilities = self.subsets, self.probabilities
+    exact = np.zeros(context.features.shape[0])
+    for subset, probability in zip(subsets, probabilities):
+      exact[subset] += probability
+
+    class Drawer(tf_repulsive.BatchDrawer):
+      def draw(self, key, first_step):
+        seed = tf.random.experimental.stateless_fold_in(key, first_step)
+        choice = tf.random.stateless_categorical(np.log(probabilities)[None], 1, seed)[0, 0]
+        return tf.gather(subsets, choice)[None], tf.zeros([1], tf.int32)
+
+      def inclusion_probabilities(self, key, verbose):
+        return exact
+
+    return Drawer()
+
+
+def test_unbiased_weights_make_the_batch_loss_the_data_mean_and_self_normalized_ones_are_biased():
+  # Six points with per-element "losses" l; three 3-subsets. The crowded subset {0, 1, 2} holds
+  # the small losses and comes most often.
+  losses = np.array([0.0, 0.1, 0.2, 5.0, 9.0, 1.0], np.float32)
+  subsets, probabilities = [[0, 1, 2], [2, 3, 4], [0, 4, 5]], [0.6, 0.25, 0.15]
+  steps = 6000
+  means = {}
+  for form in ("unbiased", "self_normalized"):
+    batcher = tf_repulsive.repulsive_batch(3, _FixedSubsets(subsets, probabilities), seed=SEED, start_step=0,
+                                           inclusion_weights=form, options=tf_repulsive.BatcherOptions(verbose=False))
+    stream = tf.data.Dataset.from_tensor_slices((losses[:, None], losses)).apply(batcher)
+    # What Keras' default reduction makes of a weighted batch: sum_b w_i l_i / k.
+    batch_losses = np.array([np.sum(weights * batch_losses) / 3 for _, batch_losses, weights
+                             in stream.take(steps).as_numpy_iterator()])
+    means[form] = batch_losses.mean(), batch_losses.std(ddof=1) / np.sqrt(steps)
+  pi = np.array([0.75, 0.6, 0.85, 0.25, 0.4, 0.15])
+  np.testing.assert_allclose(batcher.inclusion_probabilities, pi)
+  mean, error = means["unbiased"]
+  assert abs(mean - losses.mean()) < 4 * error
+  # The ratio estimate's exact expectation over the three subsets, away from the data mean.
+  ratio = sum(p * np.sum(losses[s] / pi[s]) / np.sum(1 / pi[s]) for s, p in zip(subsets, probabilities))
+  mean, error = means["self_normalized"]
+  assert abs(mean - ratio) < 4 * error
+  assert abs(ratio - losses.mean()) > 20 * error
+
+
+def test_unbiased_weights_are_k_over_n_pi_and_uniform_batches_weigh_one():
+  x, y = _data()
+  batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(radius=0.8), seed=SEED, start_step=0,
+                                         inclusion_weights="unbiased",
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
+  _, _, weights = next(iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)))
+  expected = BATCH / (NUM_POINTS * batcher.inclusion_probabilities[batcher.batch_indices(0)])
+  np.testing.assert_allclose(weights.numpy(), expected, rtol=1e-6)
+  assert np.ptp(expected) > 0.5 and not np.isclose(expected.mean(), 1.0, atol=0.01)
+  np.testing.assert_allclose(diagnostics.batch_weights(batcher, batcher.batch_indices(0)[None]), expected[None],
+                             rtol=1e-6)
+  uniform = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Uniform(), seed=SEED, start_step=0,
+                                         inclusion_weights="unbiased",
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
+  _, _, weights = next(iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(uniform)))
+  np.testing.assert_allclose(weights.numpy(), np.ones(BATCH), rtol=1e-6)
 
 
 def _expected_weights(batcher, step):
@@ -93,9 +164,9 @@ def test_the_stream_gives_each_element_its_weight_and_multiplies_given_sample_we
   x, y = _data()
   given = np.linspace(0.5, 2.0, NUM_POINTS).astype(np.float64)
   sampler = tf_repulsive.VanillaPDS(radius=0.8)
-  pairs = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=3, inclusion_weights=True,
+  pairs = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=3, inclusion_weights="self_normalized",
                                        options=tf_repulsive.BatcherOptions(verbose=False))
-  triples = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=3, inclusion_weights=True,
+  triples = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=3, inclusion_weights="self_normalized",
                                          options=tf_repulsive.BatcherOptions(verbose=False))
   pair_stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(pairs)
   triple_stream = tf.data.Dataset.from_tensor_slices((x, y, given)).apply(triples)
@@ -116,7 +187,7 @@ def test_the_stream_gives_each_element_its_weight_and_multiplies_given_sample_we
 def test_replica_slices_carry_the_weights_of_the_global_batch():
   x, y = _data()
   batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(radius=0.8), seed=SEED, start_step=0,
-                                         inclusion_weights=True,
+                                         inclusion_weights="self_normalized",
                                          options=tf_repulsive.BatcherOptions(verbose=False))
   context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2)
   slices = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher.per_replica(context)))
@@ -136,7 +207,7 @@ def test_fit_minimises_the_weighted_loss():
     return built
 
   batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(radius=0.8), seed=SEED, start_step=0,
-                                         inclusion_weights=True,
+                                         inclusion_weights="self_normalized",
                                          options=tf_repulsive.BatcherOptions(verbose=False))
   trained = model()
   trained.fit(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher), steps_per_epoch=3, verbose=0)
@@ -162,7 +233,7 @@ def test_a_refresh_estimates_the_probabilities_on_its_features(tmp_path):
                                   verbose=False)
   sampler = tf_repulsive.VanillaPDS(radius="auto")
   batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, features=space,
-                                         inclusion_weights=True,
+                                         inclusion_weights="self_normalized",
                                          options=tf_repulsive.BatcherOptions(verbose=False))
   stream = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
   for step in range(4):
@@ -189,12 +260,14 @@ def test_elements_and_samplers_that_cannot_be_weighted_are_refused_before_readin
   vanilla = tf_repulsive.VanillaPDS(radius=0.8)
   with pytest.raises(TypeError, match="inclusion_weights"):
     tf_repulsive.repulsive_batch(BATCH, vanilla, inclusion_weights=1)
+  with pytest.raises(TypeError, match="'unbiased'.*'self_normalized'"):
+    tf_repulsive.repulsive_batch(BATCH, vanilla, inclusion_weights=True)
   for elements in ({"x": x, "label": y}, (x,), x, (x, y, np.ones(NUM_POINTS, np.int64)), (x, y, y, y)):
-    batcher = tf_repulsive.repulsive_batch(BATCH, vanilla, seed=SEED, start_step=0, inclusion_weights=True)
-    with pytest.raises(TypeError, match="inclusion_weights=True"):
+    batcher = tf_repulsive.repulsive_batch(BATCH, vanilla, seed=SEED, start_step=0, inclusion_weights="self_normalized")
+    with pytest.raises(TypeError, match="inclusion_weights (hands|multiplies)"):
       tf.data.Dataset.from_tensor_slices(elements).apply(batcher)
   for sampler in (tf_repulsive.AnnealPDS(), tf_repulsive.KDPP()):
-    batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, inclusion_weights=True,
+    batcher = tf_repulsive.repulsive_batch(BATCH, sampler, seed=SEED, start_step=0, inclusion_weights="self_normalized",
                                            options=tf_repulsive.BatcherOptions(verbose=False))
     with pytest.raises(ValueError, match=type(sampler).__name__):
       tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)

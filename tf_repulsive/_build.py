@@ -42,7 +42,7 @@ class Config:
   labels: Any  # None or a function of an element
   seed: int
   key: tf.Tensor  # the stream's stateless key
-  inclusion_weights: bool
+  inclusion_weights: str | None  # None, or the form (`_inclusion_weights.UNBIASED`, `SELF_NORMALIZED`)
   options: _options.BatcherOptions
 
   @property
@@ -72,9 +72,9 @@ class Built:
     self.refresher = refresher
     self.weights: _inclusion_weights.InclusionWeights | None = None
     if config.inclusion_weights:
-      self.weights = _inclusion_weights.InclusionWeights(config.seed, refreshable=refresher is not None,
-                                                         verbose=options.verbose)
-      self.weights.install(config.sampler, drawer, self.num_points)
+      self.weights = _inclusion_weights.InclusionWeights(config.inclusion_weights, config.seed,
+                                                         refreshable=refresher is not None, verbose=options.verbose)
+      self.weights.install(config.sampler, drawer, self.num_points, config.batch_size)
     # The stream `apply` returned (weakly: the stream holds the pipeline, not the other way round).
     self.stream: Callable[[], tf.data.Dataset | None] = lambda: None
     traced_draw = drawer.traced_draw()
@@ -115,7 +115,7 @@ class Built:
     self.record.regroup(drawer.groups)
     # The build's features come with the build's inclusion weights.
     if self.weights is not None and not from_build:
-      self.weights.install(self.config.sampler, drawer, self.num_points)
+      self.weights.install(self.config.sampler, drawer, self.num_points, self.config.batch_size)
 
 
 def build(config: Config, dataset: tf.data.Dataset) -> Built:

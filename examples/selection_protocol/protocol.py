@@ -62,7 +62,8 @@ def parse_arms(text: str) -> tuple[Arm, ...] | None:
   """--arms: comma-separated `sampler[@space][+weighted]`, e.g. `importance@gradient+weighted`; None if empty.
 
   The sampler is a name of `common.ALL_SAMPLER_NAMES`, the space one of `common.SPACES`
-  (default "input"), and "+weighted" weights each element by 1 / its inclusion probability.
+  (default "input"), and "+weighted" weights each element by 1 / its inclusion probability, scaled
+  to average 1 per batch (`inclusion_weights="self_normalized"`).
   """
   arms = []
   for item in filter(None, (part.strip() for part in text.split(","))):
@@ -143,7 +144,8 @@ def grid(config: ProtocolConfig) -> dict[str, dict]:
 
 def arm_changes(arm: Arm) -> dict:
   """The shared config's fields an arm sets."""
-  return {"sampler": arm.sampler, "space": arm.space, "inclusion_weights": arm.weighted}
+  return {"sampler": arm.sampler, "space": arm.space,
+          "inclusion_weights": "self_normalized" if arm.weighted else None}
 
 
 def rotated(items: Sequence, by: int) -> list:

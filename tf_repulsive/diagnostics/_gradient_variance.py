@@ -32,7 +32,7 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
                       num_batches: int = 200, seed: int = 0, start_step: int = 0,
                       variables: str | Sequence[Any] = "all", sketch_dim: int | None = None,
                       chunk_size: int | None = None, features: _sampling.SamplingFeatures = None,
-                      inclusion_weights: bool = False) -> _variance_split.GradientVarianceResult:
+                      inclusion_weights: str | None = None) -> _variance_split.GradientVarianceResult:
   """Theorem-1 variance split of the mini-batch gradient for each sampler, at the model's parameters.
 
   For each sampler: builds its `repulsive_batch` pipeline over the data (distances measured on
@@ -58,8 +58,8 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
       x, flattened; a `tf_repulsive.FeatureSource` (`GradientFeatures()`, `EmbeddingFeatures()`)
       for the model's own space at its current parameters; or an `[N, d]` array.
     inclusion_weights: weight each sampler's elements as `repulsive_batch(...,
-      inclusion_weights=True)` streams do (1 / inclusion probability, scaled to average 1 per
-      batch): the reports are then those of the weighted estimate (intensity and pair NaN).
+      inclusion_weights=...)` streams do, "unbiased" or "self_normalized" (None: unweighted):
+      the reports are then those of the weighted estimate (intensity and pair NaN).
 
   Returns:
     One report per sampler, the closed-form uniform reference and the draws (`result.batches`);

@@ -46,12 +46,13 @@ def draw_batches(batcher: _pipeline.RepulsiveBatcher, num_batches: int, *, start
 
 
 def batch_weights(batcher: _pipeline.RepulsiveBatcher, batches: Any) -> np.ndarray:
-  """The sample weights an `inclusion_weights=True` stream gives the elements of `batches`.
+  """The sample weights the batcher's stream gives the elements of `batches`, in its `inclusion_weights` form.
 
-  Each element's 1 / `batcher.inclusion_probabilities`, scaled to average 1 over its batch.
+  "unbiased": each element's k / (N pi_i); "self_normalized": 1 / pi_i scaled to average 1 over
+  its batch, pi being `batcher.inclusion_probabilities`.
 
   Args:
-    batcher: a batcher built with `inclusion_weights=True` and applied to a dataset.
+    batcher: a batcher built with `inclusion_weights` and applied to a dataset.
     batches: `[M, k]` indices of its batches (from `draw_batches`).
 
   Returns:
@@ -64,10 +65,12 @@ def batch_weights(batcher: _pipeline.RepulsiveBatcher, batches: Any) -> np.ndarr
     raise TypeError(f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
   probabilities = batcher.inclusion_probabilities
   if probabilities is None:
-    raise ValueError(
-        "this batcher has no inclusion weights: build it with repulsive_batch(..., inclusion_weights=True).")
+    raise ValueError("this batcher has no inclusion weights: build it with repulsive_batch(..., "
+                     "inclusion_weights=\"unbiased\") or \"self_normalized\".")
   batches = _kernels.check_batches(batches, len(probabilities), "batches", 1)
   inverse = _inclusion_weights.inverse_inclusion(probabilities)[batches]
+  if batcher.inclusion_weights == _inclusion_weights.UNBIASED:
+    return inverse * (batches.shape[1] / len(probabilities))
   return inverse * (batches.shape[1] / inverse.sum(axis=1, keepdims=True))
 
 

@@ -246,7 +246,7 @@ def variance_split(gradients: Any, batches: Mapping[str, Any], *,
     batches: sampler name -> `[M, k]` int indices of its draws (M >= 3, the same k for all).
     radii: optional sampler name -> disk radius, copied into the reports.
     weights: optional sampler name -> `[M, k]` sample weights of its draws' elements (those a
-      `repulsive_batch(..., inclusion_weights=True)` stream attaches): that sampler's estimate is
+      `repulsive_batch(..., inclusion_weights=...)` stream attaches): that sampler's estimate is
       then Ĝ = (1/k) Σ_b w_i g_i, what Keras' weighted mean loss differentiates to. Its
       intensity and pair are NaN: weights scaled per batch leave no per-element split.
     gradient_space: description of the gradients for the table's header.

@@ -38,6 +38,7 @@ SAMPLERS = {
     "active_bias": tf_repulsive.ActiveBias,
     "importance": tf_repulsive.Importance,
     "importance_pds": tf_repulsive.ImportancePDS,
+    "rs2": lambda: tf_repulsive.RS2(fraction=0.6),
 }
 # Half of the samplers take the fixed start, half the callback-set one: both paths are covered.
 FIXED_START = {"uniform", "easy_pds", "anneal_pds", "fast_kdpp", "importance"}

@@ -167,6 +167,7 @@ _ALL_SAMPLERS = {
     "vanilla_pds": tf_repulsive.VanillaPDS, "easy_pds": tf_repulsive.EasyPDS,
     "dense_pds": lambda: tf_repulsive.DensePDS([1] * 6), "anneal_pds": tf_repulsive.AnnealPDS,
     "kdpp": tf_repulsive.KDPP, "fast_kdpp": tf_repulsive.FastKDPP, "active_bias": tf_repulsive.ActiveBias,
+    "rs2": lambda: tf_repulsive.RS2(fraction=0.3),
 }
 
 

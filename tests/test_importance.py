@@ -92,6 +92,21 @@ def test_batches_follow_sequential_darts_in_proportion_to_the_score(sampler, rad
   assert scipy.stats.chisquare(first, _dart_probabilities() * len(batches)).pvalue > 1e-3
 
 
+def test_the_irreducible_loss_is_taken_off_each_score():
+  # Scores 0.5 ... 6 less these: reducible 0, 1, 0, 2, 4, 0 (the last would be negative).
+  irreducible = np.array([0.5, 0.0, 2.0, 1.0, 0.0, 10.0])
+  batcher = _batcher(tf_repulsive.Importance(mixing=MIXING, irreducible_loss=irreducible))
+  first = np.bincount(_drawn_sets(batcher)[:, 0], minlength=len(POINTS))
+  reducible = np.maximum(np.abs(POINTS) - irreducible, 0)
+  expected = (1 - MIXING) * reducible / reducible.sum() + MIXING / len(POINTS)
+  assert scipy.stats.chisquare(first, expected * first.sum()).pvalue > 1e-3
+  assert scipy.stats.chisquare(first, _dart_probabilities() * first.sum()).pvalue < 1e-12
+  with pytest.raises(ValueError, match="irreducible_loss.*one per element"):
+    _batcher(tf_repulsive.Importance(irreducible_loss=np.zeros(len(POINTS) + 1)))
+  with pytest.raises(ValueError, match="irreducible_loss"):
+    tf_repulsive.ImportancePDS(irreducible_loss=[[1.0]])
+
+
 @pytest.mark.parametrize("sampler, radius", [
     (tf_repulsive.Importance(mixing=MIXING), 0.0),
     (tf_repulsive.ImportancePDS(radius=RADIUS, mixing=MIXING), RADIUS),

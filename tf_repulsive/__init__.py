@@ -29,9 +29,15 @@ from tf_repulsive._model_features import GradientFeatures
 from tf_repulsive._model_features import LossFeatures
 from tf_repulsive._model_features import compute_features
 from tf_repulsive._model_space import ModelSpace
+from tf_repulsive._online_importance import OnlineImportance
 from tf_repulsive._options import BatcherOptions
 from tf_repulsive._pipeline import RepulsiveBatcher
 from tf_repulsive._pipeline import repulsive_batch
+from tf_repulsive._pruning import EpochPruning
+from tf_repulsive._pruning import PassState
+from tf_repulsive._pruning import RandomPruning
+from tf_repulsive._recording import RecordingModel
+from tf_repulsive._rs2 import RS2
 from tf_repulsive._samplers import AnnealPDS
 from tf_repulsive._samplers import DensePDS
 from tf_repulsive._samplers import EasyPDS
@@ -55,6 +61,7 @@ __all__ = (
     "DensePDS",
     "EasyPDS",
     "EmbeddingFeatures",
+    "EpochPruning",
     "EpochShuffle",
     "FastKDPP",
     "FeatureSource",
@@ -65,7 +72,12 @@ __all__ = (
     "LossFeatures",
     "Marginals",
     "ModelSpace",
+    "OnlineImportance",
+    "PassState",
     "PointGroups",
+    "RS2",
+    "RandomPruning",
+    "RecordingModel",
     "RepulsiveBatcher",
     "Sampler",
     "SamplingContext",

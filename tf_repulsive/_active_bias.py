@@ -62,6 +62,7 @@ def prediction_variance_weights(count: np.ndarray, total: np.ndarray, total_sq: 
 class WeightedDrawer(_contract.BatchDrawer):
   """k distinct points, successively with probability ∝ weights (Gumbel top-k); O(N) per batch."""
 
+  state: ActiveBiasState
 
   def __init__(self, state: ActiveBiasState, batch_size: int):
     self.state = state

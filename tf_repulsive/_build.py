@@ -149,9 +149,29 @@ def build(config: Config, dataset: tf.data.Dataset) -> Built:
       _, source_labels = _model_space.model_inputs(data.elements, space.source)
       built.refresher.training = _training_features.TrainingFeatures(
           space, build_features, None if source_labels is None else np.asarray(source_labels), config.batch_size)
+  _check_drawer_needs(built.drawer, config, dataset.element_spec)
   # Traces the draw (the stream copies that trace in) and checks the fill at step 0.
   _warn_if_first_batch_needs_the_fill(built)
   return built
+
+
+def _check_drawer_needs(drawer: _contract.BatchDrawer, config: Config, element_spec: Any) -> None:
+  """Refuses what a drawer that weighs its batches, or learns from losses, cannot work with."""
+  name = type(config.sampler).__name__
+  weighs = tf.function(drawer.sample_weights).get_concrete_function(
+      tf.TensorSpec([drawer.steps_per_draw, config.batch_size], tf.int32)).structured_outputs is not None
+  if weighs:
+    if config.inclusion_weights is not None:
+      raise ValueError(f"{name} weighs its batches itself: build the batcher without inclusion_weights.")
+    _inclusion_weights.check_weighable(element_spec, name)
+  if drawer.learns_from_losses:
+    if drawer.steps_per_draw != 1:
+      raise ValueError(f"{type(drawer).__name__} learns from losses and must draw one step per draw; its "
+                       f"steps_per_draw is {drawer.steps_per_draw}.")
+    if config.options.data_dir is not None:
+      raise ValueError(
+          f"{name} draws on the losses this process records, and a stream shipped elsewhere (what data_dir "
+          "is for) could not see them: build the batcher without a data_dir.")
 
 
 def build_drawer(config: Config, features: np.ndarray, labels: np.ndarray | None,

@@ -18,6 +18,8 @@ from tf_repulsive import _active_bias
 from tf_repulsive import _dataset_graph
 from tf_repulsive import _keras_frames
 from tf_repulsive import _pipeline
+from tf_repulsive import _pruning
+from tf_repulsive import _recording
 
 # Steps trained between two reads of the pipeline's record of the last 4096 steps drawn.
 _READ_RECORD_EVERY = 1024
@@ -114,7 +116,8 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   def _logs_names(self) -> bool:
     """Whether this callback writes log keys under its name."""
-    return self._logs_under_name or self._batcher.model_space is not None
+    return (self._logs_under_name or self._batcher.model_space is not None
+            or self._batcher.drawer.learns_from_losses)
 
   def on_train_begin(self, logs=None):
     if self.params.get("steps") is None:
@@ -124,6 +127,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._batcher.steps_per_epoch  # Raises now if the batcher was never applied to a dataset.
     workers = workers_of(self.model)
     self._check_model_space(workers)
+    self._check_recording()
     if workers > 1 and not self._batcher.per_replica_slices:
       # TF's multi-worker rebatching expects each worker to read different data; given the same
       # global draws, the workers' slices would overlap.
@@ -181,6 +185,19 @@ class BatchStreamCallback(keras.callbacks.Callback):
           f"refresh_every={space.refresh_every} and steps_per_epoch={self.params['steps']} must be "
           "multiples of it: the features are refreshed between executions, before the step they are "
           "due at.")
+
+  def _check_recording(self) -> None:
+    """Refuses a fit whose training steps would not record the losses the batcher draws on."""
+    if not self._batcher.drawer.learns_from_losses:
+      return
+    if not (isinstance(self.model, _recording.RecordingModel) and self.model.batcher is self._batcher):
+      raise ValueError(
+          f"{type(self._batcher.sampler).__name__} draws each pass on the losses the training steps record: fit "
+          "tf_repulsive.RecordingModel(model, batcher), compiled, instead of the model itself.")
+    steps_per_execution = int(getattr(self.model, "steps_per_execution", 1) or 1)
+    if steps_per_execution > 1:
+      raise ValueError(f"{type(self._batcher.sampler).__name__} needs steps_per_execution=1: a pass's first draw "
+                       "waits for the losses of the step before it.")
 
   def _refresh(self, step: int) -> None:
     if self._batcher.model_space is not None:
@@ -290,6 +307,16 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._check_delivered()
     if self._batcher.model_space is not None and logs is not None:
       logs[f"{self.name}_refresh_seconds"] = self._refresh_seconds
+    if self._batcher.drawer.learns_from_losses:
+      self._check_recorded(logs)
+
+  def _check_recorded(self, logs) -> None:
+    """Raises if a training step recorded losses the drawer could not place; logs the pass in force."""
+    self._batcher.drawer.check_recorded()
+    state = self._batcher.sampler_state
+    if logs is not None and isinstance(state, _pruning.PassState):
+      logs[f"{self.name}_pass"] = float(state.pass_index.numpy())
+      logs[f"{self.name}_pass_share"] = float(state.pass_size.numpy()) / self._batcher.num_points
 
   def _check_delivered(self) -> None:
     """Raises if fit trained a step the stream has not delivered: its batch came from elsewhere."""

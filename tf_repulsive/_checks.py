@@ -6,6 +6,8 @@ import math
 import numbers
 from typing import Any
 
+import numpy as np
+
 
 def integer(value: Any, name: str, least: int | None = None, hint: str = "") -> int:
   """`value` as an int, or TypeError (not an int, or a bool) / ValueError (below `least`).
@@ -31,6 +33,27 @@ def count_fields(config: Any, *names: str) -> None:
   for name in names:
     value = getattr(config, name)
     object.__setattr__(config, name, None if value is None else integer(value, name, 1))
+
+
+def irreducible_loss(value: Any) -> None:
+  """Raises unless `value` is None or `[N]` finite numbers: the `irreducible_loss` of a sampler."""
+  if value is None:
+    return
+  losses = np.asarray(value)
+  if losses.ndim != 1 or losses.dtype.kind not in "fiu" or not np.all(np.isfinite(losses)):
+    raise ValueError(f"`irreducible_loss` must be None or [N] finite losses, one per element in dataset order; "
+                     f"got {losses.dtype} {losses.shape}.")
+
+
+def irreducible_for(value: Any, num_points: int) -> np.ndarray | None:
+  """`irreducible_loss` as float32 `[N]` for a dataset of `num_points` elements (None stays None)."""
+  if value is None:
+    return None
+  losses = np.asarray(value, np.float32)
+  if losses.shape != (num_points,):
+    raise ValueError(f"`irreducible_loss` holds {losses.shape[0]} losses and the dataset {num_points} elements: "
+                     "give one per element, in dataset order.")
+  return losses
 
 
 def real(value: Any, name: str, *, positive: bool, type_hint: str = "a number") -> float:

@@ -81,7 +81,11 @@ class BatchDrawer:
   every batch; the pipeline calls it with `first_step` a multiple of `steps_per_draw`.
 
   A drawer may report what its sampler prepared, for `batcher.stats()`, `batcher.group_mixes`,
-  `batcher.pi` and the callbacks' logs; the pipeline passes it on without reading it:
+  `batcher.pi` and the callbacks' logs; the pipeline passes it on without reading it.
+
+  A drawer that learns from the training (`learns_from_losses`) draws a step on the losses the
+  training steps before it recorded (`record_losses`). Its stream draws each step as it delivers
+  it, and its state (`state`) is what a checkpoint of the model must carry.
 
   Attributes:
     steps_per_draw: S, the steps one call of `draw` covers (a constant of the drawer).
@@ -89,11 +93,17 @@ class BatchDrawer:
       disk samplers report their `radius`; see `SamplingStats`); empty by default.
     groups: a grouping of the points whose share in every batch the pipeline records
       (`PointGroups`); None (the default): none.
+    learns_from_losses: whether the draws depend on the losses that `record_losses` records
+      (False by default). Then `steps_per_draw` is 1.
+    state: a `tf.Module` of the variables the draws depend on beyond (seed, step), for
+      checkpoints (`batcher.sampler_state`); None (the default): none.
   """
 
   steps_per_draw: int = 1
   report: Mapping[str, float] = types.MappingProxyType({})
   groups: PointGroups | None = None
+  learns_from_losses: bool = False
+  state: tf.Module | None = None
 
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """The batches of steps `first_step` ... `first_step + steps_per_draw - 1`.
@@ -108,6 +118,29 @@ class BatchDrawer:
       (zeros for samplers without one).
     """
     raise NotImplementedError
+
+  def sample_weights(self, indices: tf.Tensor) -> tf.Tensor | None:
+    """`[S, k]` float32 Keras sample weights of the elements a `draw` just returned, or None (the default).
+
+    Called in the same pipeline call as `draw`, on its indices. The stream then hands Keras
+    `(x, y, sample_weight)` batches (a given sample weight is multiplied).
+    """
+    del indices
+    return None
+
+  def record_losses(self, step: tf.Tensor, losses: tf.Tensor) -> tf.Operation:
+    """The op that records the training losses of the batch of `step`, for a drawer that `learns_from_losses`.
+
+    `RecordingModel` adds it to each training step; a custom loop calls `batcher.record_losses`.
+
+    Args:
+      step: int64 scalar, the step whose batch was trained on.
+      losses: `[k]` float32 per-element losses of that batch, in the batch's order.
+    """
+    raise NotImplementedError(f"{type(self).__name__} does not learn from losses (learns_from_losses is False).")
+
+  def check_recorded(self) -> None:
+    """Raises a ValueError if a training step recorded losses this drawer could not place (asked each epoch)."""
 
   def traced_draw(self) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None:
     """A traced function that computes `draw`, for the draws the batcher makes outside the pipeline.

@@ -14,11 +14,15 @@ a mixture with uniform darts ("defensive" importance sampling, Hesterberg 1995).
 keeps every element reachable, also those whose score is 0 now and may grow later. It also
 bounds each inclusion weight (`repulsive_batch(..., inclusion_weights=...)`) at about
 1 / mixing times uniform sampling's, which bounds the variance those weights add.
+
+With an `irreducible_loss`, s_i is the norm less the element's irreducible loss, stopped at 0:
+with `LossFeatures`, RHO-LOSS's reducible loss (Mindermann et al., 2022).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -45,12 +49,13 @@ def _checked_mixing(mixing: float) -> float:
   return mixing
 
 
-def dart_weights(features: np.ndarray, mixing: float) -> np.ndarray:
-  """`[N]` float64 each element's dart probability: its feature norm's share, mixed with uniform.
+def dart_weights(features: np.ndarray, mixing: float, irreducible: np.ndarray | None = None) -> np.ndarray:
+  """`[N]` float64 each element's dart probability: its score's share, mixed with uniform.
 
   Args:
     features: `[N, d]` the elements' features; the score is each row's Euclidean norm.
     mixing: the share of uniform darts, in (0, 1].
+    irreducible: None, or `[N]` amounts subtracted from the scores, which stop at 0.
   """
   num_points = features.shape[0]
   scores = np.empty(num_points)
@@ -61,6 +66,8 @@ def dart_weights(features: np.ndarray, mixing: float) -> np.ndarray:
     scores[start:start + _ROW_BLOCK] = np.sqrt(np.einsum("ij,ij->i", rows, rows))
   if not np.all(np.isfinite(scores)):
     raise ValueError("the features hold NaN or infinite values, so their norms give no score; check the features.")
+  if irreducible is not None:
+    scores = np.maximum(scores - irreducible, 0.0)
   total = scores.sum()
   share = scores / total if total > 0 else np.full(num_points, 1.0 / num_points)
   return (1.0 - mixing) * share + mixing / num_points
@@ -91,6 +98,10 @@ class Importance(Sampler):
     mixing: the share of uniform darts, in (0, 1]: every element's dart probability is at least
       mixing / N, and 1 gives uniform sampling.
     max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+    irreducible_loss: None, or each element's loss under a model trained on held-out data, `[N]`
+      in dataset order, subtracted from the score (which stops at 0). With `LossFeatures` the
+      score is then RHO-LOSS's reducible loss: elements no model fits (mislabelled, ambiguous)
+      are not chased. `compute_features(LossFeatures(), held_out_model, x, y)[:, 0]` gives it.
 
   Example:
 
@@ -105,13 +116,16 @@ class Importance(Sampler):
 
   mixing: float = 0.2
   max_darts: int | None = None
+  irreducible_loss: Any = None
 
   def __post_init__(self):
     object.__setattr__(self, "mixing", _checked_mixing(self.mixing))
     _checks.count_fields(self, "max_darts")
+    _checks.irreducible_loss(self.irreducible_loss)
 
   def build(self, context: SamplingContext) -> BatchDrawer:
-    weights = dart_weights(context.features, self.mixing)
+    weights = dart_weights(context.features, self.mixing,
+                           _checks.irreducible_for(self.irreducible_loss, context.features.shape[0]))
     plan = _dart_throwing.DartPlan(point_radius=None, pi=None, mingling_values=None, num_mingling_values=0,
                                    max_darts=dart_budget(self.max_darts, context.batch_size), point_weights=weights)
     thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
@@ -135,16 +149,19 @@ class ImportancePDS(DiskSampler):
       largest radius at which the darts fill the batch (as `VanillaPDS`).
     mixing: the share of uniform darts, in (0, 1] (as `Importance`).
     max_darts: darts thrown per batch before the fallback fill; None: max(16 k, 256).
+    irreducible_loss: None, or `[N]` amounts subtracted from the scores (as `Importance`).
   """
 
   radius: float | str | None = "auto"
   mixing: float = 0.2
   max_darts: int | None = None
+  irreducible_loss: Any = None
 
   def __post_init__(self):
     check_radius(self.radius)
     object.__setattr__(self, "mixing", _checked_mixing(self.mixing))
     _checks.count_fields(self, "max_darts")
+    _checks.irreducible_loss(self.irreducible_loss)
 
   def plan(self, *, batch_size, radius, mingling_values, num_points):
     del mingling_values
@@ -153,7 +170,8 @@ class ImportancePDS(DiskSampler):
         max_darts=dart_budget(self.max_darts, batch_size), one_radius=True)
 
   def _dart_weights(self, context: SamplingContext) -> tuple[np.ndarray, dict[str, float]]:
-    weights = dart_weights(context.features, self.mixing)
+    weights = dart_weights(context.features, self.mixing,
+                           _checks.irreducible_for(self.irreducible_loss, context.features.shape[0]))
     return weights, _report(weights, self.mixing)
 
 

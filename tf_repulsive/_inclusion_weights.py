@@ -112,8 +112,11 @@ def inverse_inclusion(probabilities: np.ndarray) -> np.ndarray:
   return np.where(probabilities > 0, 1.0 / np.maximum(probabilities, 1e-300), 0.0)
 
 
-def check_weighable(element_spec: Any) -> None:
-  """Raises unless the elements are Keras' (x, y) or (x, y, sample_weight) tuples, the forms weights join."""
+def check_weighable(element_spec: Any, weigher: str = "inclusion_weights") -> None:
+  """Raises unless the elements are Keras' (x, y) or (x, y, sample_weight) tuples, the forms weights join.
+
+  `weigher` names what weighs them in the message.
+  """
   if isinstance(element_spec, tuple) and len(element_spec) in (2, 3):
     if len(element_spec) == 2:
       return
@@ -121,9 +124,9 @@ def check_weighable(element_spec: Any) -> None:
     if isinstance(weight, tf.TensorSpec) and weight.dtype.is_floating and weight.shape.rank == 0:
       return
     raise TypeError(
-        f"inclusion_weights multiplies the sample weight of (x, y, sample_weight) elements by the "
-        f"inclusion weight; the third component must be a float scalar per element, got {weight}.")
+        f"{weigher} multiplies the sample weight of (x, y, sample_weight) elements by its own weight; the "
+        f"third component must be a float scalar per element, got {weight}.")
   raise TypeError(
-      "inclusion_weights hands each batch to Keras as (x, y, sample_weight): the elements must be "
+      f"{weigher} hands each batch to Keras as (x, y, sample_weight): the elements must be "
       f"(x, y) or (x, y, sample_weight) tuples; got elements of spec {element_spec}. Map them to that "
       "form before the batcher.")

@@ -223,7 +223,7 @@ def wait_for_refresh(version: tf.Variable, refresh: tf.Tensor, step: tf.Tensor, 
     return tf.logical_and(tf.logical_and(loaded != NO_REFRESH, loaded < refresh), poll < polls)
 
   def look_again(poll, loaded):
-    with tf.control_dependencies([_sleep(_POLL_MICROSECONDS)]):
+    with tf.control_dependencies([sleep(_POLL_MICROSECONDS)]):
       return poll + 1, version.read_value()
 
   _, loaded = tf.while_loop(pending, look_again, (tf.constant(0), version.read_value()))
@@ -236,7 +236,7 @@ def wait_for_refresh(version: tf.Variable, refresh: tf.Tensor, step: tf.Tensor, 
       "fails too."], summarize=3)
 
 
-def _sleep(microseconds: int) -> tf.Tensor:
+def sleep(microseconds: int) -> tf.Tensor:
   """Blocks the calling thread for `microseconds` (tf.data's sleep, run for one element)."""
   one = tf.data.experimental.to_variant(tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)))
   slept = tf.raw_ops.SleepDataset(input_dataset=one, sleep_microseconds=tf.constant(microseconds, tf.int64),

@@ -78,10 +78,10 @@ class RepulsiveBatcher:
       indices, steps = _stream.draw(built, self._start, stream, offset)
       return _stream.gathered(built, indices, _stream.weights_of(built, indices)), steps
 
-    if built.refresher is not None:
+    if built.refresher is not None or built.drawer.learns_from_losses:
       # Drawn as they are delivered, one step at a time in the consumer's thread: after the refresh
-      # of the step's features, never ahead of it, and with no draw in flight (waiting for a
-      # refresh) when an iterator checkpoint is written.
+      # of the step's features (or the training step whose losses it needs), never ahead of it,
+      # and with no draw in flight (waiting) when an iterator checkpoint is written.
       draws = _stream_ops.map_on_host(_stream.draws(built, self._start), draw)
       return _stream.finished(built, _stream_ops.unbatch_dense(draws), prefetch=False)
     draws, draw = _stream.with_arrays(built, _stream.draws(built, self._start), draw)
@@ -113,6 +113,10 @@ class RepulsiveBatcher:
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
       built = self._build(dataset)
+      if built.drawer.learns_from_losses:
+        raise ValueError(
+            f"{type(self.sampler).__name__} draws on the losses this process records, and per_replica pipelines "
+            "draw elsewhere: give the strategy the batcher's own stream (one worker).")
       self._per_replica_slices = True
 
       def draw_slices(stream, offset):
@@ -159,6 +163,38 @@ class RepulsiveBatcher:
   def model_space(self) -> _model_space.ModelSpace | None:
     """The `ModelSpace` whose features the batches are drawn on, or None (fixed features)."""
     return self._config.space
+
+  @property
+  def sampler_state(self) -> Any:
+    """The `tf.Module` of the variables the draws depend on beyond (seed, step) (`BatchDrawer.state`), or None.
+
+    For `EpochPruning` and `ActiveBias`. Keep it in the checkpoint beside the iterator's (a
+    `RecordingModel` carries it in the model's own checkpoints).
+    """
+    return self._require_built().drawer.state
+
+  def record_losses(self, step: Any, losses: Any) -> tf.Operation:
+    """Records the training losses of the batch of optimizer step `step`, for a sampler that learns from them.
+
+    What a custom loop calls in each training step (`RecordingModel` does it in `fit`), inside
+    the traced step or eagerly, after the step's loss is computed.
+
+    Args:
+      step: the step whose batch was trained on (an int or an int64 tensor).
+      losses: `[k]` per-element losses of that batch, unweighted, in the batch's order.
+
+    Raises:
+      ValueError: for a batcher whose sampler does not learn from losses.
+    """
+    drawer = self._require_built().drawer
+    if not drawer.learns_from_losses:
+      raise ValueError(f"{type(self.sampler).__name__} does not draw on recorded losses: record_losses is for "
+                       "EpochPruning and RandomPruning batchers.")
+    losses = tf.convert_to_tensor(losses)
+    if losses.shape.rank is not None and losses.shape.num_elements() not in (None, self.batch_size):
+      raise ValueError(f"`losses` must hold one loss per element of the batch ({self.batch_size}); got shape "
+                       f"{losses.shape}.")
+    return drawer.record_losses(tf.cast(step, tf.int64), losses)
 
   @property
   def training_features(self) -> _training_features.TrainingFeatures:

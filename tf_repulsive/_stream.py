@@ -67,8 +67,10 @@ def draw(built: _build.Built, start: _stream_start.StreamStart, stream: tf.Tenso
 
 
 def weights_of(built: _build.Built, indices: tf.Tensor) -> tf.Tensor | None:
-  """`[rows, k]` the inclusion weights of the elements `indices`, or None without them."""
-  return None if built.weights is None else built.weights.of_batch(indices, built.config.batch_size, built.read)
+  """`[rows, k]` the sample weights of the elements `indices` (inclusion weights, or the drawer's), or None."""
+  if built.weights is not None:
+    return built.weights.of_batch(indices, built.config.batch_size, built.read)
+  return built.drawer.sample_weights(indices)
 
 
 def gathered(built: _build.Built, indices: tf.Tensor, weights: tf.Tensor | None) -> Any:

@@ -1,0 +1,139 @@
+"""`RecordingModel`: a Keras model that trains the user's model and records each element's loss for the batcher.
+
+A wrapper, not a patch: the user's model is a layer of it, untouched, and trains in place. Its
+`compute_loss` runs Keras' own, then, in training only, records the per-element losses of the
+batch of `optimizer.iterations` (the step that trains on it, as the callbacks align them) with
+`batcher.record_losses`. The ops run inside the traced training step: no Python per step.
+
+The sampler's state (`batcher.sampler_state`) is part of this model's own variables when Keras
+saves it (`save_weights`, `BackupAndRestore`, `ModelCheckpoint`), and an attribute that
+`tf.train.Checkpoint(model=...)` tracks, so that a resumed run draws the batches the
+uninterrupted one drew.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import keras
+import tensorflow as tf
+
+from tf_repulsive import _pipeline
+
+
+class RecordingModel(keras.Model):
+  """Trains `model` and records each element's training loss for a batcher that learns from losses.
+
+  Compile and fit this model instead of `model`: its weights are `model`'s, so `model` is the
+  trained one afterwards (save and evaluate it as usual). Each training step records the
+  unweighted loss of every element of its batch, what `EpochPruning` and `RandomPruning` prune
+  by. Evaluation and prediction record nothing. TensorFlow backend, one replica.
+
+  Args:
+    model: the Keras model to train.
+    batcher: the `repulsive_batch` batcher whose stream `fit` trains on, applied to the data.
+    per_element_loss: a function `(y_true, y_pred) -> [k]` losses. None: the loss given to
+      `compile`, unreduced (a single loss: a `keras.losses.Loss`, a name or a function).
+
+  Example:
+
+  >>> import keras, numpy as np, tensorflow as tf, tf_repulsive
+  >>> x = np.random.default_rng(0).normal(size=(100, 3)).astype("float32")
+  >>> y = (x[:, 0] > 0).astype("int64")
+  >>> batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.EpochPruning(total_steps=30), seed=0)
+  >>> stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+  >>> trainer = tf_repulsive.RecordingModel(model, batcher)
+  >>> trainer.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  >>> _ = trainer.fit(stream, epochs=3, steps_per_epoch=10, verbose=0,
+  ...                 callbacks=[tf_repulsive.BatchStreamCallback(batcher)])
+  >>> int(batcher.sampler_state.recorded_through.numpy())
+  29
+
+  Raises:
+    TypeError: for a `model` that is not a Keras model, a `batcher` that `repulsive_batch` did
+      not return, or another backend than TensorFlow.
+    ValueError: for a batcher not applied yet, or one whose sampler does not learn from losses.
+  """
+
+  def __init__(self, model: keras.Model, batcher: _pipeline.RepulsiveBatcher,
+               per_element_loss: Callable[[Any, Any], Any] | None = None, **kwargs):
+    if keras.backend.backend() != "tensorflow":
+      raise TypeError(f"RecordingModel records inside TensorFlow's training step; this is the "
+                      f"{keras.backend.backend()!r} backend. Use the TensorFlow backend.")
+    if not isinstance(model, keras.Model):
+      raise TypeError(f"`model` must be the keras.Model to train; got {model!r}.")
+    if not isinstance(batcher, _pipeline.RepulsiveBatcher):
+      raise TypeError(f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
+    if not batcher.drawer.learns_from_losses:
+      raise ValueError(
+          f"{type(batcher.sampler).__name__} does not draw on recorded losses: RecordingModel is for "
+          "EpochPruning and RandomPruning batchers. Train the model itself.")
+    if per_element_loss is not None and not callable(per_element_loss):
+      raise TypeError(f"`per_element_loss` must be a function (y_true, y_pred) -> [k] losses, or None; "
+                      f"got {per_element_loss!r}.")
+    super().__init__(name=kwargs.pop("name", f"recording_{model.name}"), **kwargs)
+    self.trained_model = model
+    self.batcher = batcher
+    self._per_element_loss = per_element_loss
+    # Tracked by tf.train.Checkpoint as an attribute; Keras' saving takes it through
+    # save_own_variables.
+    self.sampler_state = batcher.sampler_state
+    # No weights of its own: built when the model is (so that weights load before a first call).
+    self.built = model.built
+
+  def call(self, inputs, training=None):
+    return self.trained_model(inputs, training=training)
+
+  def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+    loss = super().compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
+    if not training:
+      return loss
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if replicas > 1:
+      raise ValueError(f"RecordingModel records the losses of whole batches and runs on one replica; the strategy "
+                       f"has {replicas}.")
+    losses = tf.stop_gradient(self._element_losses(y, y_pred))
+    recorded = self.batcher.record_losses(self.optimizer.iterations, losses)
+    with tf.control_dependencies([recorded]):
+      return tf.identity(loss)
+
+  def _element_losses(self, y, y_pred) -> tf.Tensor:
+    """`[k]` per-element losses of the batch, unweighted."""
+    if self._per_element_loss is not None:
+      losses = self._per_element_loss(y, y_pred)
+    else:
+      loss = self.loss
+      if isinstance(loss, (str, dict, list, tuple)) or loss is None:
+        loss = None if isinstance(loss, (dict, list, tuple)) or loss is None else keras.losses.get(loss)
+      if loss is None:
+        raise TypeError(
+            "RecordingModel reads each element's loss from the loss given to compile, which must be one loss "
+            f"(a keras.losses.Loss, a name or a function); got {self.loss!r}. Pass per_element_loss=(y_true, "
+            "y_pred) -> [k] losses.")
+      if isinstance(loss, keras.losses.Loss):
+        y_true = tf.convert_to_tensor(y)
+        losses = loss.call(y_true, tf.convert_to_tensor(y_pred))
+      else:
+        losses = loss(y, y_pred)
+    losses = tf.convert_to_tensor(losses)
+    if losses.shape.rank == 0:
+      raise ValueError(
+          "RecordingModel needs one loss per element, and the loss gave one number for the batch (a reduced loss): "
+          "pass per_element_loss=(y_true, y_pred) -> [k] losses, unreduced.")
+    if losses.shape.rank is not None and losses.shape.rank > 1:
+      losses = tf.reduce_mean(tf.reshape(losses, [tf.shape(losses)[0], -1]), axis=1)
+    return losses
+
+  def save_own_variables(self, store):
+    super().save_own_variables(store)
+    own = len(store.keys())
+    for i, variable in enumerate(self.sampler_state.variables):
+      store[f"{own + i}"] = variable.numpy()
+
+  def load_own_variables(self, store):
+    state = self.sampler_state.variables
+    own = {key: store[key] for key in sorted(store.keys(), key=int)[:len(store.keys()) - len(state)]}
+    super().load_own_variables(own)
+    for i, variable in enumerate(state):
+      variable.assign(store[f"{len(own) + i}"])

@@ -49,6 +49,7 @@ def _frequencies(batcher, num_steps):
   return np.bincount(np.concatenate(draws).ravel(), minlength=NUM_POINTS) / steps, steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", [
     tf_repulsive.VanillaPDS(radius=0.8),  # one radius
     tf_repulsive.EasyPDS(radius=0.8),  # disks only around points of mingling value 0
@@ -116,7 +117,7 @@ def test_unbiased_weights_make_the_batch_loss_the_data_mean_and_self_normalized_
   # the small losses and comes most often.
   losses = np.array([0.0, 0.1, 0.2, 5.0, 9.0, 1.0], np.float32)
   subsets, probabilities = [[0, 1, 2], [2, 3, 4], [0, 4, 5]], [0.6, 0.25, 0.15]
-  steps = 6000
+  steps = 3000
   means = {}
   for form in ("unbiased", "self_normalized"):
     batcher = tf_repulsive.repulsive_batch(3, _FixedSubsets(subsets, probabilities), seed=SEED, start_step=0,
@@ -134,7 +135,7 @@ def test_unbiased_weights_make_the_batch_loss_the_data_mean_and_self_normalized_
   ratio = sum(p * np.sum(losses[s] / pi[s]) / np.sum(1 / pi[s]) for s, p in zip(subsets, probabilities))
   mean, error = means["self_normalized"]
   assert abs(mean - ratio) < 4 * error
-  assert abs(ratio - losses.mean()) > 20 * error
+  assert abs(ratio - losses.mean()) > 10 * error
 
 
 def test_unbiased_weights_are_k_over_n_pi_and_uniform_batches_weigh_one():
@@ -224,6 +225,7 @@ def test_fit_minimises_the_weighted_loss():
                                                                             unweighted.get_weights()))
 
 
+@pytest.mark.slow
 def test_a_refresh_estimates_the_probabilities_on_its_features(tmp_path):
   x, y = _data()
   keras.utils.set_random_seed(0)

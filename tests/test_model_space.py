@@ -54,6 +54,7 @@ def _reference_batches(sampler, features, labels, steps):
 
 
 # (Vanilla PDS at a fixed radius is the resume test's and the Keras resume test's.)
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler, refresh_every", [
     (tf_repulsive.VanillaPDS(radius="auto"), 3),
     (tf_repulsive.EasyPDS(), 5),
@@ -101,6 +102,7 @@ def _row_indices(x, rows):
 
 
 # (The disks of the untrained model's gradients overfill the first batch; the law is what is tested.)
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:the darts filled only")
 def test_fit_trains_every_step_on_the_draw_of_its_refresh(tmp_path):
   x, y = _data()
@@ -133,6 +135,7 @@ def test_fit_trains_every_step_on_the_draw_of_its_refresh(tmp_path):
     np.testing.assert_allclose(trained, expected, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_a_run_resumed_between_refreshes_draws_on_the_saved_features(tmp_path):
   x, y = _data()
   refresh_every = 4
@@ -195,6 +198,7 @@ def test_saved_features_of_other_weights_are_recomputed_and_old_ones_deleted(tmp
       "refresh-000000002.npz", "refresh-000000003.npz"]
 
 
+@pytest.mark.slow
 def test_a_stream_without_its_refresh_fails_at_once_or_after_the_timeout():
   x, y = _data()
   space = tf_repulsive.ModelSpace(_model(), tf_repulsive.EmbeddingFeatures(), refresh_every=4, timeout_seconds=0.5,
@@ -286,7 +290,7 @@ def test_fit_refuses_several_workers_and_tf_data_service(monkeypatch):
                                              options=tf_repulsive.BatcherOptions(verbose=False))
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(fixed_start)
   monkeypatch.setattr(_dataset_graph, "read_from_service", lambda dataset: True)
-  with pytest.raises(ValueError, match="service workers.*refreshed from the model"):
+  with pytest.raises(ValueError, match="service workers.*a ModelSpace.s features"):
     model.fit(stream, steps_per_epoch=10, verbose=0, callbacks=[tf_repulsive.BatchStreamCallback(fixed_start)])
 
 

@@ -18,6 +18,7 @@ from scipy import stats
 import tensorflow as tf
 
 import tf_repulsive
+from tf_repulsive import _dataset_graph
 
 NUM_POINTS, BATCH, SEED = 60, 4, 3
 _SECONDS = 300
@@ -57,17 +58,20 @@ def _run(batcher, iterator, first, last):
 def _passes(sampler, losses, count):
   """Which elements `count` passes set up on fixed `losses` hold, and their weights: `[count, N]` each."""
   batcher, _ = _batcher(sampler)
-  drawer, state = batcher.drawer, batcher.sampler_state
-  state.losses.assign(losses)
+  drawer = batcher.drawer
   key = batcher._config.key  # pylint: disable=protected-access
-  set_up = tf.function(lambda index: drawer._set_up(key, index, tf.constant(0, tf.int64)))  # pylint: disable=protected-access
-  present, weights = np.zeros([count, NUM_POINTS]), np.zeros([count, NUM_POINTS])
-  for row in range(count):
-    set_up(tf.constant(row + 1, tf.int64))
-    order = state.order.numpy()[:int(state.pass_size.numpy())]
-    assert len(set(order)) == len(order)
-    present[row, order] = 1
-    weights[row] = state.weights.numpy()
+  start, losses = tf.constant(0, tf.int64), tf.constant(losses)
+
+  @tf.function
+  def passes():
+    return tf.map_fn(lambda index: drawer.pass_of(key, index, start, losses), tf.range(1, count + 1, dtype=tf.int64),
+                     fn_output_signature=(tf.int32, tf.float32, tf.int64))
+
+  orders, weights, sizes = (value.numpy() for value in passes())
+  present = np.zeros([count, NUM_POINTS])
+  for row, (order, size) in enumerate(zip(orders, sizes)):
+    assert len(set(order[:size])) == size
+    present[row, order[:size]] = 1
   return present, weights
 
 
@@ -153,16 +157,18 @@ def test_the_stream_weighs_each_element_by_the_pass_state():
   assert np.any(np.concatenate([w for _, w, _ in steps]) != 1)
 
 
+@pytest.mark.slow
 def test_an_iterator_checkpoint_with_the_sampler_state_resumes_the_uninterrupted_batches(tmp_path):
   sampler = tf_repulsive.EpochPruning(total_steps=40, prune_until=0.9)
   batcher, stream = _batcher(sampler)
   iterator = iter(stream)
   checkpoint = tf.train.Checkpoint(iterator=iterator, state=batcher.sampler_state)
-  breaks = (7, 15, 16, 26)  # 15: the first step of pass 1, so the restored stream sets it up
+  breaks = (15, 26)  # 15: the first step of pass 1, so the restored stream sets it up; 26: within pass 1
   uninterrupted = []
   for first, last in zip((0, *breaks), (*breaks, 45)):
     uninterrupted += _run(batcher, iterator, first, last)
     checkpoint.write(str(tmp_path / f"at_{last}"))
+  assert uninterrupted[26][2] == 1 and uninterrupted[44][2] >= 2
   assert uninterrupted[15][2] == 1
   for resume_at in breaks:
     restored, restored_stream = _batcher(sampler)
@@ -258,21 +264,28 @@ def test_a_checkpoint_of_the_recording_model_carries_the_sampler_state(tmp_path)
   assert int(batcher.sampler_state.pass_index.numpy()) == 1
 
 
-def test_backup_and_restore_resumes_the_uninterrupted_batches_in_a_new_process(tmp_path):
+@pytest.mark.slow
+def test_backup_and_restore_resumes_pruning_and_online_importance_in_a_new_process(tmp_path):
   script = pathlib.Path(__file__).with_name("pruning_resume_run.py")
   for phase in ("crash", "resume"):
     subprocess.run([sys.executable, str(script), phase, str(tmp_path)], check=True, timeout=_SECONDS)
   crashed = json.loads((tmp_path / "crash.json").read_text())
   resumed = json.loads((tmp_path / "resume.json").read_text())
-  uninterrupted = {step: record for step, record in crashed["steps"]}
-  steps = [step for step, _ in resumed["steps"]]
-  # The last backup was after step 14; Keras reruns the epoch from there.
-  assert steps == list(range(15, 55))
-  for step, record in resumed["steps"]:
-    assert record[:3] == uninterrupted[step][:3], step
-    assert record[3] == pytest.approx(uninterrupted[step][3], rel=1e-6), step
-  assert len({record[2] for _, record in resumed["steps"]}) >= 3
-  assert any(weight != 1 for _, record in resumed["steps"] for weight in record[1])
+  for kind in ("pruning", "online"):
+    uninterrupted = {step: record for step, record in crashed[kind]}
+    # The last backup was after step 14; Keras reruns the epoch from there.
+    assert [step for step, _ in resumed[kind]] == list(range(15, 55)), kind
+    for step, record in resumed[kind]:
+      expected = uninterrupted[step]
+      if kind == "pruning":  # the batch, its weights, the pass
+        assert record[:3] == expected[:3], step
+      else:  # tau, the steps by importance
+        assert record[0] == pytest.approx(expected[0], rel=1e-6) and record[1] == expected[1], step
+      assert record[-1] == pytest.approx(expected[-1], rel=1e-6), (kind, step)
+  pruning = resumed["pruning"]
+  assert len({record[2] for _, record in pruning}) >= 3
+  assert any(weight != 1 for _, record in pruning for weight in record[1])
+  assert resumed["online"][-1][1][1] > crashed["online"][14][1][1]  # steps by importance after the resume
 
 
 # Refusals.
@@ -322,7 +335,7 @@ def test_bad_arguments_and_pipelines_are_refused_with_the_argument_named(tmp_pat
     tf_repulsive.RecordingModel(_model(), batcher, per_element_loss=3)
 
 
-def test_fit_of_the_model_itself_or_of_a_list_of_losses_is_refused():
+def test_fit_of_the_model_itself_a_list_of_losses_or_a_service_stream_is_refused(monkeypatch):
   batcher, stream = _batcher(tf_repulsive.EpochPruning(total_steps=30), start_step=None)
   model = _model()
   model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -333,3 +346,10 @@ def test_fit_of_the_model_itself_or_of_a_list_of_losses_is_refused():
   with pytest.raises(TypeError, match="per_element_loss"):
     trainer.fit(stream, epochs=1, steps_per_epoch=3, verbose=0,
                 callbacks=[tf_repulsive.BatchStreamCallback(batcher)])
+  # A stream read from tf.data service workers (as `_dataset_graph` finds one), with a fixed start.
+  fixed, stream = _batcher(tf_repulsive.EpochPruning(total_steps=30), start_step=0)
+  trainer = tf_repulsive.RecordingModel(_model(), fixed)
+  trainer.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  monkeypatch.setattr(_dataset_graph, "read_from_service", lambda dataset: True)
+  with pytest.raises(ValueError, match="service workers.*recorded losses"):
+    trainer.fit(stream, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[tf_repulsive.BatchStreamCallback(fixed)])

@@ -147,12 +147,12 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "stream (the workers run their own copy of the batcher): build the batcher with "
           "start_step=<the optimizer's step> (0 for a new model, int(model.optimizer.iterations) to "
           "continue) before distributing its stream.")
-    if self._batcher.model_space is not None and isinstance(fit_input, tf.data.Dataset) and \
-        _dataset_graph.read_from_service(fit_input):
+    follows_training = self._batcher.model_space is not None or self._batcher.drawer.learns_from_losses
+    if follows_training and isinstance(fit_input, tf.data.Dataset) and _dataset_graph.read_from_service(fit_input):
       raise ValueError(
-          "fit reads its batches from tf.data service workers, and this batcher's features are refreshed "
-          "from the model in this process (ModelSpace): the workers' copies of the stream cannot receive "
-          "them. Train with a model_space batcher without tf.data service.")
+          "fit reads its batches from tf.data service workers, and this batcher draws on what the training in this "
+          "process computes (a ModelSpace's features, or recorded losses): the workers' copies of the stream cannot "
+          "receive them. Train it without tf.data service.")
     self._check_transformations(fit_input)
     self._epochs_begun = 0
     self._streams_checked = self._batcher.stats().streams

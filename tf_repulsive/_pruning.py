@@ -157,14 +157,24 @@ class _PruningDrawer(_contract.BatchDrawer):
 
   def _set_up(self, key: tf.Tensor, pass_index: tf.Tensor, start: tf.Tensor) -> tf.Tensor:
     """Writes the pass `pass_index`, beginning at `start`, into the state; returns True."""
-    state, num_points = self.state, self._num_points
+    state = self.state
+    order, weights, size = self.pass_of(key, pass_index, start, state.losses.read_value())
+    with tf.control_dependencies([state.order.assign(order), state.weights.assign(weights),
+                                  state.pass_size.assign(size), state.pass_start.assign(start),
+                                  state.pass_steps.assign((size + self._batch_size - 1) // self._batch_size)]):
+      # Last: a reader that sees the new index sees the rest.
+      with tf.control_dependencies([state.pass_index.assign(pass_index)]):
+        return tf.constant(True)
+
+  def pass_of(self, key: tf.Tensor, pass_index: tf.Tensor, start: tf.Tensor,
+              losses: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The pass `pass_index` that begins at `start` on these `losses`: `[N]` order, `[N]` weights, size."""
+    num_points = self._num_points
     positions = tf.range(num_points, dtype=tf.int64)
-    scores = state.losses.read_value()
-    if self._irreducible is not None:
-      scores -= self._irreducible
+    scores = losses if self._irreducible is None else losses - self._irreducible
     below = scores < tf.reduce_mean(scores)
     prunes = tf.logical_and(pass_index >= 1, tf.cast(start, tf.float64) < self._prune_before)
-    if self._sampler.chooses_at_random:
+    if self._sampler._chooses_at_random:  # pylint: disable=protected-access
       # As many elements as are below the mean, chosen uniformly: the same counts, no choice by loss.
       count = tf.reduce_sum(tf.cast(below, tf.int64))
       below = _epoch_shuffle.keyed_permutation(positions, _round_keys(key, pass_index, _CHOICE_SALT),
@@ -183,13 +193,7 @@ class _PruningDrawer(_contract.BatchDrawer):
     slots = tf.where(kept_at, tf.cumsum(tf.cast(kept_at, tf.int64)) - 1, num_points)
     order = tf.tensor_scatter_nd_update(tf.zeros([num_points + 1], tf.int32), slots[:, None],
                                         tf.cast(sigma, tf.int32))[:num_points]
-    size = tf.reduce_sum(tf.cast(kept_at, tf.int64))
-    with tf.control_dependencies([state.order.assign(order), state.weights.assign(weights),
-                                  state.pass_size.assign(size), state.pass_start.assign(start),
-                                  state.pass_steps.assign((size + self._batch_size - 1) // self._batch_size)]):
-      # Last: a reader that sees the new index sees the rest.
-      with tf.control_dependencies([state.pass_index.assign(pass_index)]):
-        return tf.constant(True)
+    return order, weights, tf.reduce_sum(tf.cast(kept_at, tf.int64))
 
   def sample_weights(self, indices: tf.Tensor) -> tf.Tensor:
     with tf.control_dependencies([indices]):
@@ -294,7 +298,7 @@ class EpochPruning(_contract.Sampler):
   timeout_seconds: float = 600.0
 
   # Whether the elements a pass may prune are a random set as large as the below-mean one.
-  chooses_at_random = False
+  _chooses_at_random = False
 
   def __post_init__(self):
     _checks.integer(self.total_steps, "total_steps", 1)
@@ -323,6 +327,15 @@ class RandomPruning(EpochPruning):
   it may leave out are that many chosen uniformly at random. The counts and weights are those
   of `EpochPruning`; only the choice by loss is gone. What `EpochPruning` gains beyond it is
   what the loss adds.
+
+  Attributes:
+    total_steps: the training's step budget (as `EpochPruning`).
+    prune_ratio: r in [0, 1), the share of as many elements as are below the mean that each pass
+      leaves out.
+    prune_until: delta in (0, 1], the share of `total_steps` during which passes prune.
+    irreducible_loss: None, or `[N]` losses subtracted before the mean (as `EpochPruning`): here
+      they change only the count.
+    timeout_seconds: how long the draw of a pass's first step waits for the losses before it.
   """
 
-  chooses_at_random = True
+  _chooses_at_random = True

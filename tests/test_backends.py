@@ -15,6 +15,9 @@ import pytest
 
 import backend_run as run
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 _SECONDS = 300
 # PyTorch's CPU build lives in its own environment beside .venv (scripts/setup_env.sh).
 _TORCH_PYTHON = pathlib.Path(__file__).resolve().parents[1] / ".venv-torch" / "bin" / "python"

@@ -243,6 +243,7 @@ def test_a_fixed_start_that_does_not_match_the_optimizer_is_refused(digits):
               callbacks=[tf_repulsive.AnnealingCallback(batcher)])
 
 
+@pytest.mark.slow
 def test_epoch_logs_sum_the_record_without_recomputing_draws(digits, monkeypatch):
   # An epoch longer than the 4096 steps the pipeline records: the callback reads the record as
   # training goes, so the epoch's end recomputes nothing, and the logs are the epoch's batches'.

@@ -17,6 +17,9 @@ import tensorflow as tf
 
 import checkpoint_cases as cases
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 _FRESH_PROCESS_SECONDS = 600
 
 

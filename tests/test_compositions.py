@@ -181,6 +181,7 @@ def _introspection(batcher, steps):
           "mixes": np.zeros(0) if mixes is None else mixes}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler_name", sorted(_ALL_SAMPLERS))
 def test_every_per_step_api_equals_what_the_stream_delivered(sampler_name):
   # Dense and Anneal PDS at k = 128 on 2000 points: the size at which their categorical draw once
@@ -208,6 +209,7 @@ def test_every_per_step_api_equals_what_the_stream_delivered(sampler_name):
   np.testing.assert_array_equal(recorded["fallback"], recorded["fallback_counts"])
 
 
+@pytest.mark.slow
 def test_batch_indices_in_a_fresh_process_equal_this_stream():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(2000, 8)).astype(np.float32)
@@ -336,6 +338,7 @@ def test_the_progress_bar_gets_the_summaries_and_history_the_detail(capsys):
   assert history.history["sampler_pi_mingling"][0] == pytest.approx(np.dot(pi, np.arange(6) / 5))
 
 
+@pytest.mark.slow
 def test_two_batchers_log_under_their_names_and_one_name_twice_is_refused():
   x, y = _points()
 

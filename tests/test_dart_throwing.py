@@ -272,6 +272,7 @@ def test_batch_of_the_whole_dataset_terminates_and_is_a_permutation(survival_tes
   assert all(sorted(row) == list(range(36)) for row in indices.numpy().tolist())
 
 
+@pytest.mark.slow
 def test_float32_tolerance_keeps_exact_minimum_distance_in_high_dimension(survival_test):
   rng = np.random.default_rng(5)
   # Far from the origin and from each other: plain float32 Gram distances would err by more

@@ -20,6 +20,9 @@ from data_file_damage import files_by_kind
 from tf_repulsive import _data_file_checks
 from tf_repulsive import _data_files
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 BATCH = 50
 STEPS = 24
 

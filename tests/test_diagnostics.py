@@ -163,6 +163,7 @@ def test_gradient_variance_end_to_end(digits):
   assert result.uniform_exact.total == pytest.approx(direct.total, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_gradient_variance_with_inclusion_weights_is_the_weighted_split_of_the_same_draws(digits):
   x, y = digits[0][:300], digits[1][:300]
   model = _linear_softmax()

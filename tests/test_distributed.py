@@ -18,6 +18,9 @@ from loopback import concurrently, loopback_only
 import tf_repulsive
 from tf_repulsive import _pipeline
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 _SECONDS = 300
 
 

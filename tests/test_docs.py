@@ -57,6 +57,7 @@ def test_the_pages_call_with_arguments_that_exist(page, name, keywords):
   assert set(keywords) <= set(parameters), f"{page}: {name}() takes no {set(keywords) - set(parameters)}"
 
 
+@pytest.mark.slow
 def test_the_readme_example_runs_and_trains_on_the_batches():
   (example,) = _blocks(ROOT / "README.md")
   namespace = {}

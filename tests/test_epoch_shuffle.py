@@ -72,6 +72,7 @@ def test_seeds_give_different_orders_and_the_same_seed_the_same():
   assert not np.array_equal(np.stack(first), np.stack(other))
 
 
+@pytest.mark.slow
 def test_epochs_follow_the_step_not_the_iterator():
   points = tf.data.Dataset.from_tensor_slices(np.arange(30, dtype=np.float32)[:, None])
   whole = tf_repulsive.repulsive_batch(6, tf_repulsive.EpochShuffle(), seed=4, start_step=0)

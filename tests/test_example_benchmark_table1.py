@@ -1,8 +1,12 @@
 """examples/benchmark_table1: the kernel of its outside reference (a run takes minutes; see BUILD_NOTES.md)."""
 
 import numpy as np
+import pytest
 
 from examples.benchmark_table1 import benchmark
+
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
 
 
 def test_rbf_eigendecomposition_is_that_of_the_kernel():

@@ -2,9 +2,13 @@
 
 import csv
 import pathlib
+import pytest
 
 from examples import settings
 from examples.feature_space_variance import measure
+
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 

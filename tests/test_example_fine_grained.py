@@ -13,6 +13,9 @@ import tensorflow as tf
 from examples import settings
 from examples.fine_grained import train
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 
 

@@ -3,9 +3,13 @@
 import pathlib
 
 from absl import flags
+import pytest
 
 from examples import settings
 from examples.gradient_diagnostics import diagnose
+
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 

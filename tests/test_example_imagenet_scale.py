@@ -3,11 +3,15 @@
 import pathlib
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from examples import settings
 from examples.imagenet_scale import benchmark
 import tf_repulsive
+
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 

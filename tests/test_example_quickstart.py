@@ -3,6 +3,9 @@
 from absl import flags
 import pytest
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 
 def test_quickstart_learns_with_uniform_and_repulsive_batches(example_main, capsys):
   quickstart = example_main("examples.quickstart.main", "--epochs=2", "--samplers=uniform,vanilla_pds")

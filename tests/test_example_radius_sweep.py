@@ -8,6 +8,9 @@ import pytest
 from examples import settings
 from examples.radius_sweep import sweep
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 

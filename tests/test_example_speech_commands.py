@@ -26,6 +26,9 @@ from conftest import check_auto_radius
 from conftest import draw_steps
 import tf_repulsive
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 _TOOLS_MISSING = shutil.which("espeak-ng") is None or shutil.which("sox") is None
 needs_tools = pytest.mark.skipif(_TOOLS_MISSING, reason="espeak-ng and sox are needed to speak the dataset")

@@ -14,6 +14,9 @@ from examples.synthetic import train as synthetic
 import tf_repulsive
 from conftest import pairwise_distances
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 RADIUS = synthetic.Config().radius
 

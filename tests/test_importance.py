@@ -219,6 +219,7 @@ def test_loss_features_refuse_a_model_without_a_cross_entropy_output():
     tf_repulsive.compute_features(tf_repulsive.LossFeatures(), model, np.ones([2, 3], np.float32), np.zeros(2, int))
 
 
+@pytest.mark.slow
 def test_marginals_draw_each_element_as_often_as_the_disks_with_no_repulsion():
   rng = np.random.default_rng(0)
   x = np.concatenate([rng.normal(size=[300, 2]) * 0.3, rng.normal(size=[100, 2]) * 3]).astype(np.float32)

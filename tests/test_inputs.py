@@ -283,6 +283,7 @@ def test_the_elements_are_read_only_since_the_batches_share_them():
   np.testing.assert_array_equal(first.numpy(), x[index.numpy()])
 
 
+@pytest.mark.slow
 def test_building_holds_the_data_about_once():
   # A fresh process, so that resident memory is this build's (see the benchmark's docstring).
   case = "500k x 128, VanillaPDS"

@@ -35,6 +35,7 @@ def _subset_counts(sampler, draws):
   return counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make,draws", [
     (lambda: tf_repulsive.KDPP(bandwidth=BANDWIDTH), 4000),
     (lambda: tf_repulsive.FastKDPP(bandwidth=BANDWIDTH, swaps=40), 1500)])

@@ -16,6 +16,9 @@ import tensorflow as tf
 
 import keras_resume_run as run
 
+# Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
+pytestmark = pytest.mark.slow
+
 _SECONDS = 300
 
 

@@ -157,6 +157,7 @@ def test_clustered_search_ends_exhaustive_when_agreement_cannot_be_reached(clust
   assert result.agreement == 1.0
 
 
+@pytest.mark.slow
 def test_stats_report_the_agreement_of_mingling_values(digits):
   features, labels = digits
   dataset = tf.data.Dataset.from_tensor_slices((features, labels))

@@ -106,6 +106,7 @@ def _mingling_mix(batches, mingling_values, num_batches):
   return counts
 
 
+@pytest.mark.slow
 def test_dense_pds_with_tiny_radius_reproduces_pi():
   features, labels = _overlapping_classes()
   mingling_values = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)
@@ -264,6 +265,7 @@ def test_batch_indices_recomputes_what_the_pipeline_drew(digits, distance_cache_
     batcher.batch_indices(-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_sampler", [tf_repulsive.Uniform, tf_repulsive.VanillaPDS])
 def test_batches_do_not_repeat_over_many_steps(digits, make_sampler):
   # TF's index_shuffle uses only 8 bits of each seed word: a sampler built on it repeats every 256 steps.
@@ -281,6 +283,7 @@ def test_uniform_inclusion_is_uniform():
     assert stats.chisquare(counts).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_group_mixes_are_recorded_as_drawn_and_recomputed_otherwise(digits):
   features, labels = digits
   values = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)

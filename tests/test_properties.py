@@ -190,6 +190,7 @@ def _dataset(element):
   return tf.data.Dataset.from_tensor_slices(element)
 
 
+@pytest.mark.slow
 @hypothesis.settings(max_examples=24, **_SETTINGS)
 @hypothesis.given(generated=_elements(), sampler_name=st.sampled_from(["vanilla_pds", "easy_pds"]),
                   batch_size=st.integers(1, 12))
@@ -242,6 +243,7 @@ _BEFORE = {
 }
 
 
+@pytest.mark.slow
 @hypothesis.settings(max_examples=16, **_SETTINGS)
 @hypothesis.given(names=st.lists(st.sampled_from(sorted(_BEFORE)), min_size=1, max_size=3),
                   sampler_name=st.sampled_from(["uniform", "vanilla_pds", "epoch_shuffle"]),
@@ -311,6 +313,7 @@ class _Fingerprint(keras.Model):
     return super().train_step((x, y))
 
 
+@pytest.mark.slow
 @hypothesis.settings(max_examples=6, **_SETTINGS)
 @hypothesis.given(names=st.lists(st.sampled_from(sorted(_AFTER)), min_size=1, max_size=2), steps=st.integers(2, 6))
 def test_compositions_after_the_batcher_in_fit_are_refused_or_exact(names, steps):
@@ -344,6 +347,7 @@ _SAMPLERS = {"uniform": tf_repulsive.Uniform, "epoch_shuffle": tf_repulsive.Epoc
              "anneal_pds": lambda: tf_repulsive.AnnealPDS(neighbors=3)}
 
 
+@pytest.mark.slow
 @hypothesis.settings(max_examples=8, **_SETTINGS)
 @hypothesis.given(sampler_name=st.sampled_from(sorted(_SAMPLERS)), size=st.integers(30, 90),
                   batch_size=st.integers(1, 20), break_point=st.integers(1, 40), callback_start=st.booleans())

@@ -16,6 +16,7 @@ def _sine_boundary(seed=0):
   return points, (points[:, 1] > 0.5 * np.sin(2 * np.pi * points[:, 0])).astype(np.int64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", [tf_repulsive.VanillaPDS(radius="auto"), tf_repulsive.EasyPDS(radius="auto"),
                                      tf_repulsive.AnnealPDS(radius="auto")], ids=lambda s: type(s).__name__)
 def test_auto_radius_fills_the_batch_on_the_sine_boundary_where_the_default_does_not(sampler):
@@ -29,6 +30,7 @@ def test_auto_radius_fills_the_batch_on_the_sine_boundary_where_the_default_does
     assert batcher.stats().report["radius"] < default.stats().report["radius"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", [tf_repulsive.VanillaPDS(radius="auto"), tf_repulsive.AnnealPDS(radius="auto")],
                          ids=lambda s: type(s).__name__)
 def test_auto_radius_fills_the_batch_on_the_digits(digits, sampler):
@@ -49,6 +51,7 @@ def test_auto_radius_is_a_property_of_the_data_not_of_the_seed(digits):
   assert len(values) == 1
 
 
+@pytest.mark.slow
 def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_also_across_builds(digits):
   # On small data tracing the draw costs more than all of the calibration's draws: a build that
   # traced it once more for the calibration would spend most of its time calibrating.
@@ -83,6 +86,7 @@ def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_al
   assert build(x)._draws_on_state is not traced
 
 
+@pytest.mark.slow
 def test_auto_radius_is_as_large_as_the_darts_allow():
   # 1-D points 0..99 and batches of 10: disks of radius r fit iff about 100 / r >= 10, so the
   # calibrated radius lies between what fits easily and what cannot fit at all.

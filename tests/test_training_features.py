@@ -113,6 +113,7 @@ def test_a_full_refresh_computes_every_element_again():
   np.testing.assert_allclose(batcher.training_features.snapshot(), full, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_restored_table_and_model_continue_with_the_uninterrupted_batches(tmp_path):
   x, y = _data()
   data = tf.data.Dataset.from_tensor_slices((x, y))
@@ -261,6 +262,7 @@ def test_the_loss_and_the_embedding_come_from_the_training_step_too():
     np.testing.assert_allclose(batcher.training_features.snapshot()[rows], full[rows], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_run_resumed_in_a_new_process_draws_the_uninterrupted_batches(tmp_path):
   script = pathlib.Path(__file__).with_name("training_features_run.py")
   for phase in ("first", "resume"):

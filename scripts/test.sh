@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Sets up .venv, lints (ruff.toml), type-checks the package (mypy.ini), then runs the test suite
-# with the docstrings' examples on two processes, a test module per process at a time (offline).
-# Beside the tests it builds the API reference (docs/, warnings as errors) and checks that it
-# documents every public name, and checks that a wheel of the tree installs and imports in a fresh
-# venv (scripts/check_wheel.sh): those wait on the disk more than on a core.
+# Sets up .venv, lints (ruff.toml), type-checks the package (mypy.ini), builds the API reference
+# (docs/, warnings as errors) and checks that it documents every public name, checks that a wheel
+# of the tree installs and imports in a fresh venv (scripts/check_wheel.sh), and runs the test
+# suite with the docstrings' examples on two processes, a test module per process at a time
+# (offline).
 #
 #   ./scripts/test.sh           the full suite (what CI runs)
 #   ./scripts/test.sh --fast    the fast tier: no docs, no wheel, no test marked slow
@@ -26,23 +26,8 @@ pytest=(.venv/bin/python -m pytest -q -n 2 --dist loadfile --max-worker-restart=
 if $fast; then
   exec "${pytest[@]}" -m "not slow" "$@"
 fi
-logs=$(mktemp -d "${TMPDIR:-/tmp}/tf_repulsive_checks.XXXXXX")
-trap 'rm -rf "$logs"' EXIT
 # -E: read every page again, so that a warning is never hidden by an earlier build's saved state.
-(.venv/bin/python -m sphinx -W --keep-going -q -E -b html docs docs/_build/html \
-   && .venv/bin/python scripts/check_api_docs.py docs/_build/html) >"$logs/docs" 2>&1 &
-docs=$!
-./scripts/check_wheel.sh >"$logs/wheel" 2>&1 &
-wheel=$!
-status=0
-"${pytest[@]}" "$@" || status=$?
-for check in docs wheel; do
-  if ! wait "${!check}"; then
-    echo "scripts/test.sh: the $check check failed:" >&2
-    cat "$logs/$check" >&2
-    status=1
-  else
-    tail -n 1 "$logs/$check"
-  fi
-done
-exit "$status"
+.venv/bin/python -m sphinx -W --keep-going -q -E -b html docs docs/_build/html
+.venv/bin/python scripts/check_api_docs.py docs/_build/html
+./scripts/check_wheel.sh
+exec "${pytest[@]}" "$@"

@@ -267,6 +267,7 @@ def test_epoch_logs_sum_the_record_without_recomputing_draws(digits, monkeypatch
   assert 0 < filled < 4400 and history.history["sampler_fallback_batches"] == [filled]
 
 
+@pytest.mark.slow
 def test_batches_drawn_out_of_sight_log_pi_only_and_say_so(digits):
   # The stream fit trains on is another batcher's, drawn out of this batcher's sight (as on
   # tf.data service workers): its logs cannot be read from a record, and are not recomputed.

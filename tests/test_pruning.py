@@ -346,6 +346,13 @@ def test_fit_of_the_model_itself_a_list_of_losses_or_a_service_stream_is_refused
   with pytest.raises(TypeError, match="per_element_loss"):
     trainer.fit(stream, epochs=1, steps_per_epoch=3, verbose=0,
                 callbacks=[tf_repulsive.BatchStreamCallback(batcher)])
+  # A loss that gives one number for the batch gives no loss per element.
+  reduced = tf_repulsive.RecordingModel(_model(), batcher,
+                                        per_element_loss=lambda y_true, y_pred: tf.reduce_mean(y_pred))
+  reduced.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  with pytest.raises(ValueError, match="one loss per element"):
+    reduced.fit(stream, epochs=1, steps_per_epoch=3, verbose=0,
+                callbacks=[tf_repulsive.BatchStreamCallback(batcher)])
   # A stream read from tf.data service workers (as `_dataset_graph` finds one), with a fixed start.
   fixed, stream = _batcher(tf_repulsive.EpochPruning(total_steps=30), start_step=0)
   trainer = tf_repulsive.RecordingModel(_model(), fixed)

@@ -17,7 +17,10 @@ _CHECKED_CALLS = {"repulsive_batch": tf_repulsive.repulsive_batch, "BatcherOptio
                   "ModelSpace": tf_repulsive.ModelSpace, "AnnealingCallback": tf_repulsive.AnnealingCallback,
                   "BatchStreamCallback": tf_repulsive.BatchStreamCallback,
                   "ActiveBiasCallback": tf_repulsive.ActiveBiasCallback,
-                  "compute_features": tf_repulsive.compute_features}
+                  "compute_features": tf_repulsive.compute_features,
+                  "EpochPruning": tf_repulsive.EpochPruning, "RandomPruning": tf_repulsive.RandomPruning,
+                  "RS2": tf_repulsive.RS2, "Importance": tf_repulsive.Importance,
+                  "RecordingModel": tf_repulsive.RecordingModel, "OnlineImportance": tf_repulsive.OnlineImportance}
 
 
 def _blocks(page):

@@ -112,12 +112,12 @@ class _PruningDrawer(_contract.BatchDrawer):
 
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     step = tf.cast(first_step, tf.int64)
-    state = self.state
+    state, name = self.state, type(self._sampler).__name__
     ends = step >= state.pass_start + state.pass_steps
     advanced = tf.cond(ends, lambda: self._advance(key, step), lambda: tf.constant(True))
     with tf.control_dependencies([advanced]):
       checked = tf.debugging.Assert(self._in_pass(step), [
-          "EpochPruning: the stream draws step", step, "and the pass in force begins at", state.pass_start,
+          f"{name}: the stream draws step", step, "and the pass in force begins at", state.pass_start,
           "(pass", state.pass_index, "): a stream resumed at an earlier step needs the sampler state of that "
           "step too (checkpoint the RecordingModel, or batcher.sampler_state, with the iterator)."])
       with tf.control_dependencies([checked]):
@@ -126,12 +126,14 @@ class _PruningDrawer(_contract.BatchDrawer):
 
   def _advance(self, key: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
     """Sets up the pass that begins at `step` once the losses of the step before are recorded."""
-    state = self.state
+    state, name = self.state, type(self._sampler).__name__
     timeout = self._sampler.timeout_seconds
     polls = max(1, int(timeout * 1e6 / _POLL_MICROSECONDS))
+    # A stream that would skip a pass fails at once, not after the wait.
+    follows = tf.equal(step, state.pass_start + state.pass_steps)
 
     def waiting(poll):
-      return tf.logical_and(state.recorded_through.read_value() < step - 1, poll < polls)
+      return tf.logical_and(tf.logical_and(follows, state.recorded_through.read_value() < step - 1), poll < polls)
 
     def look_again(poll):
       with tf.control_dependencies([_model_space.sleep(_POLL_MICROSECONDS)]):
@@ -141,12 +143,12 @@ class _PruningDrawer(_contract.BatchDrawer):
     with tf.control_dependencies([waited]):
       recorded = state.recorded_through.read_value()
       checks = [
-          tf.debugging.Assert(tf.equal(step, state.pass_start + state.pass_steps), [
-              "EpochPruning: the stream draws step", step, "but the pass in force ends at",
+          tf.debugging.Assert(follows, [
+              f"{name}: the stream draws step", step, "but the pass in force ends at",
               state.pass_start + state.pass_steps, ": a stream cannot skip a pass (start it at the step its "
               "sampler state holds)."]),
           tf.debugging.Assert(recorded >= step - 1, [
-              "EpochPruning: the pass that begins at step", step, "needs the losses of the steps before it, "
+              f"{name}: the pass that begins at step", step, "needs the losses of the steps before it, "
               "and the training steps recorded them through step", recorded,
               f"only (waited {timeout} s, timeout_seconds). Train the model wrapped in "
               "tf_repulsive.RecordingModel(model, batcher), or call batcher.record_losses(step, losses) in "

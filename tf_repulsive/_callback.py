@@ -18,7 +18,6 @@ from tf_repulsive import _active_bias
 from tf_repulsive import _dataset_graph
 from tf_repulsive import _keras_frames
 from tf_repulsive import _pipeline
-from tf_repulsive import _pruning
 from tf_repulsive import _recording
 
 # Steps trained between two reads of the pipeline's record of the last 4096 steps drawn.
@@ -127,7 +126,8 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._batcher.steps_per_epoch  # Raises now if the batcher was never applied to a dataset.
     workers = workers_of(self.model)
     self._check_model_space(workers)
-    self._check_recording()
+    if self._batcher.drawer.learns_from_losses:
+      _recording.check_fit(self._batcher, self.model)
     if workers > 1 and not self._batcher.per_replica_slices:
       # TF's multi-worker rebatching expects each worker to read different data; given the same
       # global draws, the workers' slices would overlap.
@@ -185,19 +185,6 @@ class BatchStreamCallback(keras.callbacks.Callback):
           f"refresh_every={space.refresh_every} and steps_per_epoch={self.params['steps']} must be "
           "multiples of it: the features are refreshed between executions, before the step they are "
           "due at.")
-
-  def _check_recording(self) -> None:
-    """Refuses a fit whose training steps would not record the losses the batcher draws on."""
-    if not self._batcher.drawer.learns_from_losses:
-      return
-    if not (isinstance(self.model, _recording.RecordingModel) and self.model.batcher is self._batcher):
-      raise ValueError(
-          f"{type(self._batcher.sampler).__name__} draws each pass on the losses the training steps record: fit "
-          "tf_repulsive.RecordingModel(model, batcher), compiled, instead of the model itself.")
-    steps_per_execution = int(getattr(self.model, "steps_per_execution", 1) or 1)
-    if steps_per_execution > 1:
-      raise ValueError(f"{type(self._batcher.sampler).__name__} needs steps_per_execution=1: a pass's first draw "
-                       "waits for the losses of the step before it.")
 
   def _refresh(self, step: int) -> None:
     if self._batcher.model_space is not None:
@@ -308,15 +295,9 @@ class BatchStreamCallback(keras.callbacks.Callback):
     if self._batcher.model_space is not None and logs is not None:
       logs[f"{self.name}_refresh_seconds"] = self._refresh_seconds
     if self._batcher.drawer.learns_from_losses:
-      self._check_recorded(logs)
-
-  def _check_recorded(self, logs) -> None:
-    """Raises if a training step recorded losses the drawer could not place; logs the pass in force."""
-    self._batcher.drawer.check_recorded()
-    state = self._batcher.sampler_state
-    if logs is not None and isinstance(state, _pruning.PassState):
-      logs[f"{self.name}_pass"] = float(state.pass_index.numpy())
-      logs[f"{self.name}_pass_share"] = float(state.pass_size.numpy()) / self._batcher.num_points
+      self._batcher.drawer.check_recorded()
+      if logs is not None:
+        logs.update(_recording.epoch_logs(self._batcher, self.name))
 
   def _check_delivered(self) -> None:
     """Raises if fit trained a step the stream has not delivered: its batch came from elsewhere."""

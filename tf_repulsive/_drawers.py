@@ -8,7 +8,7 @@ name the drawer and the fix: its type, `steps_per_draw`, `report`, `groups` and 
 from __future__ import annotations
 
 import numbers
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -48,6 +48,18 @@ def checked_draw(drawer: _contract.BatchDrawer, key: tf.Tensor, first_step: tf.T
         f"{indices.shape} and {fallback.shape}. (A drawer of one step per draw returns "
         "indices[None], fallback[None].)")
   return tf.ensure_shape(tf.cast(indices, tf.int32), [steps_per_draw, batch_size]), tf.cast(fallback, tf.int32)
+
+
+def checked_record_losses(drawer: _contract.BatchDrawer, sampler: _contract.Sampler, batch_size: int, step: Any,
+                          losses: Any) -> tf.Operation:
+  """`drawer.record_losses(step, losses)`, for a drawer that learns from losses and `[k]` losses."""
+  if not drawer.learns_from_losses:
+    raise ValueError(f"{type(sampler).__name__} does not draw on recorded losses: record_losses is for "
+                     "EpochPruning and RandomPruning batchers.")
+  losses = tf.convert_to_tensor(losses)
+  if losses.shape.rank is not None and losses.shape.num_elements() not in (None, batch_size):
+    raise ValueError(f"`losses` must hold one loss per element of the batch ({batch_size}); got shape {losses.shape}.")
+  return drawer.record_losses(tf.cast(step, tf.int64), losses)
 
 
 def checked_pi(drawer: _contract.BatchDrawer, step: int) -> np.ndarray | None:

@@ -4,7 +4,7 @@ The batches are a map over a stream of step numbers: the batch of step n is a pu
 (seed, n), and n itself is data (a `Dataset.range` position), so iterator checkpoints, tf.data
 service and `tf.distribute` carry it like any other element.
 
-`RepulsiveBatcher` assembles the stream and is the handle to it. The jobs around the draw live
+`RepulsiveBatcher` is the handle to the stream, which `_stream` assembles. The jobs around the draw live
 in modules of their own, each owning its state and its messages: where a stream starts
 (`_stream_start`), what the stream records (`_draw_record`), the refreshes of a `ModelSpace`
 (`_refresh`), arrays as files (`_data_files`) and inclusion weights (`_inclusion_weights`).
@@ -29,7 +29,6 @@ from tf_repulsive import _inclusion_weights
 from tf_repulsive import _model_space
 from tf_repulsive import _options
 from tf_repulsive import _stream
-from tf_repulsive import _stream_ops
 from tf_repulsive import _stream_start
 from tf_repulsive import _training_features
 
@@ -72,20 +71,7 @@ class RepulsiveBatcher:
 
   def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
     """The stream of global batches of `dataset` (what `Dataset.apply` calls)."""
-    built = self._build(dataset)
-
-    def draw(stream, offset):
-      indices, steps = _stream.draw(built, self._start, stream, offset)
-      return _stream.gathered(built, indices, _stream.weights_of(built, indices)), steps
-
-    if built.refresher is not None or built.drawer.learns_from_losses:
-      # Drawn as they are delivered, one step at a time in the consumer's thread: after the refresh
-      # of the step's features (or the training step whose losses it needs), never ahead of it,
-      # and with no draw in flight (waiting) when an iterator checkpoint is written.
-      draws = _stream_ops.map_on_host(_stream.draws(built, self._start), draw)
-      return _stream.finished(built, _stream_ops.unbatch_dense(draws), prefetch=False)
-    draws, draw = _stream.with_arrays(built, _stream.draws(built, self._start), draw)
-    return _stream.finished(built, _stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(draws, draw)))
+    return _stream.global_batches(self._build(dataset), self._start)
 
   def per_replica(self, input_context: tf.distribute.InputContext) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """The form of this batcher for `distribute_datasets_from_function`, given its `input_context`.
@@ -108,8 +94,6 @@ class RepulsiveBatcher:
           f"`batch_size` = {self.batch_size} (the global batch) must be a multiple of the "
           f"{replicas} replicas in sync, spread evenly over {pipelines} input pipelines.")
     local = replicas // pipelines
-    first = input_context.input_pipeline_id * local
-    per_replica = self.batch_size // replicas
 
     def apply(dataset: tf.data.Dataset) -> tf.data.Dataset:
       built = self._build(dataset)
@@ -118,17 +102,7 @@ class RepulsiveBatcher:
             f"{type(self.sampler).__name__} draws on the losses this process records, and per_replica pipelines "
             "draw elsewhere: give the strategy the batcher's own stream (one worker).")
       self._per_replica_slices = True
-
-      def draw_slices(stream, offset):
-        indices, steps = _stream.draw(built, self._start, stream, offset)
-        weights = _stream.weights_of(built, indices)
-        local_slices = lambda per_step: tf.reshape(per_step, [-1, replicas, per_replica])[:, first:first + local]  # noqa: E731
-        slices = _stream.gathered(built, local_slices(indices), None if weights is None else local_slices(weights))
-        return slices, tf.tile(steps[:, None], [1, local])
-
-      draws, draw = _stream.with_arrays(built, _stream.draws(built, self._start), draw_slices)
-      return _stream.finished(built, _stream_ops.unbatch_dense(_stream_ops.unbatch_dense(
-          _stream_ops.parallel_map_on_host(draws, draw))))
+      return _stream.replica_slices(built, self._start, replicas, input_context.input_pipeline_id * local, local)
 
     return apply
 
@@ -166,35 +140,19 @@ class RepulsiveBatcher:
 
   @property
   def sampler_state(self) -> Any:
-    """The `tf.Module` of the variables the draws depend on beyond (seed, step) (`BatchDrawer.state`), or None.
+    """The variables the draws depend on beyond (seed, step) (`BatchDrawer.state`), or None: checkpoint them.
 
-    For `EpochPruning` and `ActiveBias`. Keep it in the checkpoint beside the iterator's (a
-    `RecordingModel` carries it in the model's own checkpoints).
+    For `EpochPruning` and `ActiveBias`; a `RecordingModel` carries them in the model's checkpoints.
     """
     return self._require_built().drawer.state
 
   def record_losses(self, step: Any, losses: Any) -> tf.Operation:
-    """Records the training losses of the batch of optimizer step `step`, for a sampler that learns from them.
+    """Records `losses`, the `[k]` unweighted per-element losses of the batch of optimizer step `step`.
 
-    What a custom loop calls in each training step (`RecordingModel` does it in `fit`), inside
-    the traced step or eagerly, after the step's loss is computed.
-
-    Args:
-      step: the step whose batch was trained on (an int or an int64 tensor).
-      losses: `[k]` per-element losses of that batch, unweighted, in the batch's order.
-
-    Raises:
-      ValueError: for a batcher whose sampler does not learn from losses.
+    For a sampler that learns from them: a custom loop calls it in each training step, after the
+    loss (`RecordingModel` does in `fit`). A ValueError for another sampler.
     """
-    drawer = self._require_built().drawer
-    if not drawer.learns_from_losses:
-      raise ValueError(f"{type(self.sampler).__name__} does not draw on recorded losses: record_losses is for "
-                       "EpochPruning and RandomPruning batchers.")
-    losses = tf.convert_to_tensor(losses)
-    if losses.shape.rank is not None and losses.shape.num_elements() not in (None, self.batch_size):
-      raise ValueError(f"`losses` must hold one loss per element of the batch ({self.batch_size}); got shape "
-                       f"{losses.shape}.")
-    return drawer.record_losses(tf.cast(step, tf.int64), losses)
+    return _drawers.checked_record_losses(self._require_built().drawer, self.sampler, self.batch_size, step, losses)
 
   @property
   def training_features(self) -> _training_features.TrainingFeatures:

@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from tf_repulsive import _pipeline
+from tf_repulsive import _pruning
 
 
 class RecordingModel(keras.Model):
@@ -103,10 +104,8 @@ class RecordingModel(keras.Model):
     if self._per_element_loss is not None:
       losses = self._per_element_loss(y, y_pred)
     else:
-      loss = self.loss
-      if isinstance(loss, (str, dict, list, tuple)) or loss is None:
-        loss = None if isinstance(loss, (dict, list, tuple)) or loss is None else keras.losses.get(loss)
-      if loss is None:
+      loss = keras.losses.get(self.loss) if isinstance(self.loss, str) else self.loss
+      if loss is None or isinstance(loss, (dict, list, tuple)):
         raise TypeError(
             "RecordingModel reads each element's loss from the loss given to compile, which must be one loss "
             f"(a keras.losses.Loss, a name or a function); got {self.loss!r}. Pass per_element_loss=(y_true, "
@@ -137,3 +136,24 @@ class RecordingModel(keras.Model):
     super().load_own_variables(own)
     for i, variable in enumerate(state):
       variable.assign(store[f"{len(own) + i}"])
+
+
+def check_fit(batcher: _pipeline.RepulsiveBatcher, model: keras.Model) -> None:
+  """Refuses a fit of `model` whose training steps would not record the losses `batcher` draws on."""
+  name = type(batcher.sampler).__name__
+  if not (isinstance(model, RecordingModel) and model.batcher is batcher):
+    raise ValueError(
+        f"{name} draws each pass on the losses the training steps record: fit "
+        "tf_repulsive.RecordingModel(model, batcher), compiled, instead of the model itself.")
+  if int(getattr(model, "steps_per_execution", 1) or 1) > 1:
+    raise ValueError(f"{name} needs steps_per_execution=1: a pass's first draw waits for the losses of the step "
+                     "before it.")
+
+
+def epoch_logs(batcher: _pipeline.RepulsiveBatcher, name: str) -> dict[str, float]:
+  """The logs of the pass in force: `<name>_pass`, its index, and `<name>_pass_share`, the share of the data."""
+  state = batcher.sampler_state
+  if not isinstance(state, _pruning.PassState):
+    return {}
+  return {f"{name}_pass": float(state.pass_index.numpy()),
+          f"{name}_pass_share": float(state.pass_size.numpy()) / batcher.num_points}

@@ -1,6 +1,7 @@
 """The graph functions of a batcher's stream: the draws, one draw within its hooks, the gather, the exit.
 
-`RepulsiveBatcher` assembles them into the stream `Dataset.apply` returns. A draw runs inside
+`global_batches` assembles them into the stream `Dataset.apply` returns, `replica_slices` into a
+`per_replica` pipeline's. A draw runs inside
 the hooks of the parts that own the stream's state: the start's checks (`_stream_start`), the
 wait for a refresh (`_refresh`), the record of what was drawn (`_draw_record`). Arrays come
 through `built.read` (their file's, with a `data_dir`).
@@ -22,6 +23,42 @@ from tf_repulsive import _stream_start
 # Steps are int64. The step range repeats past this bound, which no training reaches, so that the
 # stream's cardinality is infinite (Keras then asks for steps_per_epoch instead of waiting for an end).
 _LAST_STEP = 2**62
+
+
+def global_batches(built: _build.Built, start: _stream_start.StreamStart) -> tf.data.Dataset:
+  """The stream of global batches, one draw per step, as `dataset.apply(batcher)` returns it."""
+
+  def draw_batch(stream, offset):
+    indices, steps = draw(built, start, stream, offset)
+    return gathered(built, indices, weights_of(built, indices)), steps
+
+  if built.refresher is not None or built.drawer.learns_from_losses:
+    # Drawn as they are delivered, one step at a time in the consumer's thread: after the refresh
+    # of the step's features (or the training step whose losses it needs), never ahead of it,
+    # and with no draw in flight (waiting) when an iterator checkpoint is written.
+    return finished(built, _stream_ops.unbatch_dense(_stream_ops.map_on_host(draws(built, start), draw_batch)),
+                    prefetch=False)
+  stream, draw_batch = with_arrays(built, draws(built, start), draw_batch)
+  return finished(built, _stream_ops.unbatch_dense(_stream_ops.parallel_map_on_host(stream, draw_batch)))
+
+
+def replica_slices(built: _build.Built, start: _stream_start.StreamStart, replicas: int, first: int,
+                   local: int) -> tf.data.Dataset:
+  """The stream of the slices of replicas `first` ... `first + local - 1` of `replicas`, of every global draw."""
+  per_replica = built.config.batch_size // replicas
+
+  def local_slices(per_step: tf.Tensor) -> tf.Tensor:
+    return tf.reshape(per_step, [-1, replicas, per_replica])[:, first:first + local]
+
+  def draw_slices(stream, offset):
+    indices, steps = draw(built, start, stream, offset)
+    weights = weights_of(built, indices)
+    slices = gathered(built, local_slices(indices), None if weights is None else local_slices(weights))
+    return slices, tf.tile(steps[:, None], [1, local])
+
+  stream, draw_slices = with_arrays(built, draws(built, start), draw_slices)
+  return finished(built, _stream_ops.unbatch_dense(_stream_ops.unbatch_dense(
+      _stream_ops.parallel_map_on_host(stream, draw_slices))))
 
 
 def draws(built: _build.Built, start: _stream_start.StreamStart) -> tf.data.Dataset:

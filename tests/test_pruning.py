@@ -149,6 +149,20 @@ def test_pass_zero_holds_every_element_and_later_passes_each_kept_element_once_u
   assert pruned_any
 
 
+def test_a_map_and_a_prefetch_after_the_batcher_deliver_the_same_passes():
+  # The prefetch draws ahead: a pass's first draw waits there until the step before it recorded.
+  sampler = tf_repulsive.EpochPruning(total_steps=1000)
+  plain, stream = _batcher(sampler)
+  expected = _run(plain, iter(stream), 0, 40)
+  batcher, stream = _batcher(sampler)
+  iterator = iter(stream.map(lambda x, y, w: (x, y, w)).prefetch(3))
+  for (indices, weights, index), want in zip(_run(batcher, iterator, 0, 40), expected):
+    np.testing.assert_array_equal(indices, want[0])
+    np.testing.assert_array_equal(weights, want[1])
+    assert index == want[2]
+  assert expected[-1][2] >= 2
+
+
 def test_the_stream_weighs_each_element_by_the_pass_state():
   batcher, stream = _batcher(tf_repulsive.EpochPruning(total_steps=1000))
   steps = _run(batcher, iter(stream), 0, 40)

@@ -132,28 +132,28 @@ class _PruningDrawer(_contract.BatchDrawer):
     # A stream that would skip a pass fails at once, not after the wait.
     follows = tf.equal(step, state.pass_start + state.pass_steps)
 
-    def waiting(poll):
-      return tf.logical_and(tf.logical_and(follows, state.recorded_through.read_value() < step - 1), poll < polls)
+    def waiting(poll, recorded):
+      return tf.logical_and(tf.logical_and(follows, recorded < step - 1), poll < polls)
 
-    def look_again(poll):
+    # As the ModelSpace's wait does: the variable is read in the loop's body, after each sleep,
+    # and carried as a loop variable (with the read in the condition alone, the loop did not wait).
+    def look_again(poll, recorded):
       with tf.control_dependencies([_model_space.sleep(_POLL_MICROSECONDS)]):
-        return poll + 1
+        return poll + 1, state.recorded_through.read_value()
 
-    waited = tf.while_loop(waiting, look_again, [tf.constant(0)])
-    with tf.control_dependencies([waited]):
-      recorded = state.recorded_through.read_value()
-      checks = [
-          tf.debugging.Assert(follows, [
-              f"{name}: the stream draws step", step, "but the pass in force ends at",
-              state.pass_start + state.pass_steps, ": a stream cannot skip a pass (start it at the step its "
-              "sampler state holds)."]),
-          tf.debugging.Assert(recorded >= step - 1, [
-              f"{name}: the pass that begins at step", step, "needs the losses of the steps before it, "
-              "and the training steps recorded them through step", recorded,
-              f"only (waited {timeout} s, timeout_seconds). Train the model wrapped in "
-              "tf_repulsive.RecordingModel(model, batcher), or call batcher.record_losses(step, losses) in "
-              "each step of a custom loop."], summarize=3),
-      ]
+    _, recorded = tf.while_loop(waiting, look_again, (tf.constant(0), state.recorded_through.read_value()))
+    checks = [
+        tf.debugging.Assert(follows, [
+            f"{name}: the stream draws step", step, "but the pass in force ends at",
+            state.pass_start + state.pass_steps, ": a stream cannot skip a pass (start it at the step its "
+            "sampler state holds)."]),
+        tf.debugging.Assert(recorded >= step - 1, [
+            f"{name}: the pass that begins at step", step, "needs the losses of the steps before it, "
+            "and the training steps recorded them through step", recorded,
+            f"only (waited {timeout} s, timeout_seconds). Train the model wrapped in "
+            "tf_repulsive.RecordingModel(model, batcher), or call batcher.record_losses(step, losses) in "
+            "each step of a custom loop."], summarize=3),
+    ]
     with tf.control_dependencies(checks):
       return self._set_up(key, state.pass_index + 1, step)
 

@@ -57,7 +57,7 @@ setuptools.setup(
         "test": ["pytest>=9", "ruff>=0.5", "mypy>=1.10", "hypothesis>=6.100", "absl-py>=1.4", "tensorboard>=2.16",
                  "scikit-learn>=1.3", "sphinx>=7.2,<9.1", "myst-parser>=4",
                  "jax[cpu]>=0.4.30", "pytest-xdist>=3.5"],
-        # An outside exact k-DPP sampler for the Table 1 benchmark (examples/benchmark_table1/).
+        # An outside exact k-DPP sampler for the Table 1 benchmark (benchmarks/table1/).
         "reference": ["dppy>=0.3"],
     },
     license="Apache-2.0",

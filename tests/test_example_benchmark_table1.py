@@ -1,9 +1,9 @@
-"""examples/benchmark_table1: the kernel of its outside reference (a run takes minutes; see BUILD_NOTES.md)."""
+"""benchmarks/table1: the kernel of its outside reference (a run takes minutes; see BUILD_NOTES.md)."""
 
 import numpy as np
 import pytest
 
-from examples.benchmark_table1 import benchmark
+from benchmarks.table1 import benchmark
 
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
 pytestmark = pytest.mark.slow

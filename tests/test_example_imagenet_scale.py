@@ -1,4 +1,4 @@
-"""examples/imagenet_scale on small N: records sampled, images decoded after sampling."""
+"""benchmarks/imagenet_scale on small N: records sampled, images decoded after sampling."""
 
 import pathlib
 
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from examples import settings
-from examples.imagenet_scale import benchmark
+from benchmarks.imagenet_scale import benchmark
 import tf_repulsive
 
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
@@ -17,13 +17,13 @@ CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 
 def test_flagfile_parses(example_main):
-  example_main("examples.imagenet_scale.main", f"--flagfile={CONFIGS / 'imagenet_scale.flags'}")
+  example_main("benchmarks.imagenet_scale.main", f"--flagfile={CONFIGS / 'imagenet_scale.flags'}")
   config = settings.config_from_flags(benchmark.Config)
   assert (config.num_elements, config.feature_dim, config.batch_size) == (1_281_167, 128, 256)
 
 
 def test_small_run_from_the_flagfile_measures_both_pipelines(example_main, tmp_path):
-  example_main("examples.imagenet_scale.main", f"--flagfile={CONFIGS / 'imagenet_scale.flags'}",
+  example_main("benchmarks.imagenet_scale.main", f"--flagfile={CONFIGS / 'imagenet_scale.flags'}",
                "--num_elements=3000", "--num_files=20", "--feature_dim=8", "--batch_size=32", "--measure_batches=5")
   lines = []
   result = benchmark.benchmark(settings.config_from_flags(benchmark.Config), tmp_path, log=lines.append)

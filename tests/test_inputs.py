@@ -1,6 +1,5 @@
 """The inputs users bring: dict elements by name, huge values, seeds, endless inputs, memory, progress."""
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -288,8 +287,8 @@ def test_building_holds_the_data_about_once():
   # A fresh process, so that resident memory is this build's (see the benchmark's docstring).
   case = "500k x 128, VanillaPDS"
   output = subprocess.run(
-      [sys.executable, str(_REPO / "scripts" / "benchmark_build_memory.py"), "--case", case],
-      capture_output=True, text=True, timeout=300, check=True, env=dict(os.environ, PYTHONPATH=str(_REPO))).stdout
+      [sys.executable, "-m", "benchmarks.build_memory", "--case", case],
+      capture_output=True, text=True, timeout=300, check=True, cwd=_REPO).stdout
   row = [line for line in output.splitlines() if line.startswith(f"| {case} |")][0]
   _, data_gib, peak, steady, _ = [cell.strip() for cell in row.strip("|").split("|")]
   assert float(peak) <= 2.0

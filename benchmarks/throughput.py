@@ -1,13 +1,13 @@
 """Where the batch stream's time goes at k = 50, against `shuffle(N).batch(k)` in the same run.
 
-Batches/s of whole pipelines at every batch size: scripts/benchmark_batch_sizes.py.
+Batches/s of whole pipelines at every batch size: benchmarks/batch_sizes.py.
 
 Default: at 60000 x 784 (the MNIST-sized clusters), per sampler, batches/s of the stream, of its
 draw plus the gather of the rows, and of the draw alone, each timed in a `tf.function` loop over a
 new iterator per round. `--start_breakdown`: on the digits' 1257 x 64 training split, the first
 batch of a new iterator of streams built like the batch stream from one piece of a draw at a time
 (a gather; a while loop; a loop in a loop; a cond; a sampler's draw), median of `--starts`.
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_throughput.py [--batches=3000] [--samplers=uniform,vanilla_pds,...]
+  .venv/bin/python -m benchmarks.throughput [--batches=3000] [--samplers=uniform,vanilla_pds,...]
       [--rounds=3] [--disable_grappler] [--start_breakdown]
 """
 
@@ -20,7 +20,7 @@ import tensorflow as tf
 from sklearn import datasets as sk_datasets
 
 import tf_repulsive
-from scripts.benchmark_data import mnist_like
+from benchmarks.data import mnist_like
 from tf_repulsive import _stream_ops  # the stream's own map, for --breakdown's partial streams
 
 _BATCHES = flags.DEFINE_integer("batches", 3000, "Batches timed per pipeline, after its first.")

@@ -4,14 +4,14 @@ Table A: seconds per batch of KDPP, FastKDPP, VanillaPDS and Uniform for each k 
 --num_points Oxford-Flowers-like points (and dppy's exact k-DPP when installed), beside the
 paper's. Table B: VanillaPDS per batch for each N of --scaling_sizes; see benchmark.py.
 
-  python -m examples.benchmark_table1.main
-  python -m examples.benchmark_table1.main --sizes=80 --num_points=2000 --scaling_sizes=10000
+  python -m benchmarks.table1.main
+  python -m benchmarks.table1.main --sizes=80 --num_points=2000 --scaling_sizes=10000
 """
 
 from absl import app
 
 from examples import settings
-from examples.benchmark_table1 import benchmark
+from benchmarks.table1 import benchmark
 
 settings.define_flags(benchmark.Config)
 

@@ -1,7 +1,7 @@
 """Per-batch and epoch-start cost of a repulsive_batch pipeline, for the old and the new step design.
 
 Run once per tree, in separate processes, with the package under test first on the path:
-  PYTHONPATH=<tree> .venv/bin/python scripts/compare_step_design.py
+  PYTHONPATH=<tree> .venv/bin/python benchmarks/step_design.py
 It works with both APIs (the step-clock design's finite epochs, and the step stream) and prints
 batches/s against `shuffle(N).batch(k)` measured in the same process.
 """

@@ -1,6 +1,6 @@
 """Build time of the mingling samplers at scale, and how exact their mingling values are.
 
-  .venv/bin/python scripts/benchmark_mingling_build.py [case ...]
+  .venv/bin/python -m benchmarks.mingling_build [case ...]
 
 Each case runs in a fresh process on synthetic labelled features: per class a few blobs in a
 low-dimensional latent space, mapped linearly to d dimensions plus isotropic noise (real features

@@ -1,8 +1,8 @@
 """What refreshes of the model's features cost at N = 60,000, against uniform training's step.
 
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_refresh_cost.py [--num_points=60000] [--steps=200]
+  .venv/bin/python -m benchmarks.refresh_cost [--num_points=60000] [--steps=200]
 
-Data: MNIST-like clipped clusters, N x 28 x 28 x 1 (`scripts/benchmark_data.py`), 10 labels.
+Data: MNIST-like clipped clusters, N x 28 x 28 x 1 (`benchmarks/data.py`), 10 labels.
 Model: the Deep-MNIST CNN (`examples.mnist_deep.train.deep_mnist_model`), Adam 1e-4, k = 50.
 Measured, in this order: the seconds of a uniform training step (the second of two `fit` epochs
 of `--steps` steps); one full computation of `GradientFeatures()` over all N (what every refresh
@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from examples.mnist_deep import train  # noqa: E402
-from scripts.benchmark_data import mnist_like  # noqa: E402
+from benchmarks.data import mnist_like  # noqa: E402
 import tf_repulsive  # noqa: E402
 
 _NUM_POINTS = flags.DEFINE_integer("num_points", 60000, "N.")

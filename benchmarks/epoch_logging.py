@@ -4,7 +4,7 @@ Per dataset, one epoch of `fit` (a linear classifier, steps_per_execution=1) wit
 the callback's own time (its `on_train_batch_end` calls and its `on_epoch_end`) against the
 epoch's wall-clock. Data: the digits (1797 x 64, EasyPDS: the mingling mix is logged) and d = 64
 Gaussian points with 10 random classes (VanillaPDS: the fallback count is logged), k = 64.
-  .venv/bin/python scripts/benchmark_epoch_logging.py [--sizes=200000,1000000]
+  .venv/bin/python -m benchmarks.epoch_logging [--sizes=200000,1000000]
 """
 
 import os

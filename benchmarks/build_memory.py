@@ -1,6 +1,6 @@
 """Peak and steady memory of building a repulsive_batch pipeline, against the data it holds.
 
-  .venv/bin/python scripts/benchmark_build_memory.py [case ...]
+  .venv/bin/python -m benchmarks.build_memory [case ...]
 
 Each case runs in a fresh process. The baseline is the process once TensorFlow is imported and
 the user's arrays and `from_tensor_slices` dataset exist; then the peak resident memory is reset

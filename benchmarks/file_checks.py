@@ -1,8 +1,8 @@
 """The per-draw cost of the sampled check of data files: the function that maps a stream's files, with and without it.
 
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_file_checks.py
+  .venv/bin/python -m benchmarks.file_checks
 
-For each case (Gaussian data, `scripts/benchmark_data.py`; VanillaPDS; `BatcherOptions(data_dir=...)`
+For each case (Gaussian data, `benchmarks/data.py`; VanillaPDS; `BatcherOptions(data_dir=...)`
 in a temporary directory) it builds the batcher, then times two `tf.function`s that map the
 stream's files as a draw does (`DataFiles.mapped`): one with the sampled check of every file, one
 with it replaced by no op. 20 rounds of 500 calls each, interleaved; the medians.
@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tf_repulsive  # noqa: E402
-from scripts.benchmark_data import dataset  # noqa: E402
+from benchmarks.data import dataset  # noqa: E402
 from tf_repulsive import _data_file_checks  # noqa: E402
 
 _CASES = ((60000, 784, 50), (50000, 64, 512), (1000000, 128, 512))

@@ -1,6 +1,6 @@
 """Batches/s of a `ModelSpace` stream (each step drawn as it is taken) against the same sampler's fixed-feature stream.
 
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_model_space.py [--num_points=8000] [--dim=256]
+  .venv/bin/python -m benchmarks.model_space [--num_points=8000] [--dim=256]
       [--batch_size=50] [--rounds=3] [--steps=300] [--mnist_dir=data --refresh_every=100]
 
 Gaussian features of `dim` dimensions and 10 random labels; the model is an MLP (dim -> 256 ->

@@ -4,13 +4,13 @@ Builds `repulsive_batch` over --num_elements records (default ImageNet's 1.28M) 
 read after sampling, and measures build time, build memory and batches/s against
 `shuffle(N).batch(k).map(load)` on the same files; see benchmark.py.
 
-  python -m examples.imagenet_scale.main --flagfile=configs/imagenet_scale.flags
+  python -m benchmarks.imagenet_scale.main --flagfile=configs/imagenet_scale.flags
 """
 
 from absl import app
 
 from examples import settings
-from examples.imagenet_scale import benchmark
+from benchmarks.imagenet_scale import benchmark
 
 _WORKDIR = settings.define_flags(benchmark.Config, workdir="runs/imagenet_scale")
 

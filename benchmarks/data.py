@@ -1,4 +1,4 @@
-"""The synthetic datasets the benchmarks share (`PYTHONPATH=.` to import them as `scripts.benchmark_data`)."""
+"""The synthetic datasets the benchmarks share."""
 
 import numpy as np
 from sklearn import datasets as sk_datasets

@@ -1,6 +1,6 @@
 """Where a batch stream's CPU time goes, steady state: its draw against the machinery around it, and by op.
 
-  PYTHONPATH=. .venv/bin/python scripts/profile_stream.py [--data=gaussian] [--num_points=50000] [--dim=64]
+  .venv/bin/python -m benchmarks.profile_stream [--data=gaussian] [--num_points=50000] [--dim=64]
       [--batch_size=50] [--sampler=vanilla_pds] [--radius=auto] [--rounds=3] [--seconds=2] [--profile_batches=2000]
 
 `--data` (the first of the list), `--num_points`, `--dim`, `--radius`, `--rounds` and `--seconds` are
@@ -33,16 +33,16 @@ import tensorflow as tf  # noqa: E402
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 
 import tf_repulsive  # noqa: E402
-from scripts.benchmark_batch_sizes import _DATA  # noqa: E402
-from scripts.benchmark_batch_sizes import _DIM  # noqa: E402
-from scripts.benchmark_batch_sizes import _NUM_POINTS  # noqa: E402
-from scripts.benchmark_batch_sizes import _RADIUS  # noqa: E402
-from scripts.benchmark_batch_sizes import _ROUNDS  # noqa: E402
-from scripts.benchmark_batch_sizes import _SAMPLERS_BY_NAME  # noqa: E402
-from scripts.benchmark_batch_sizes import _SECONDS  # noqa: E402
-from scripts.benchmark_batch_sizes import graph_rounds  # noqa: E402
-from scripts.benchmark_batch_sizes import Timed  # noqa: E402
-from scripts.benchmark_data import dataset  # noqa: E402
+from benchmarks.batch_sizes import _DATA  # noqa: E402
+from benchmarks.batch_sizes import _DIM  # noqa: E402
+from benchmarks.batch_sizes import _NUM_POINTS  # noqa: E402
+from benchmarks.batch_sizes import _RADIUS  # noqa: E402
+from benchmarks.batch_sizes import _ROUNDS  # noqa: E402
+from benchmarks.batch_sizes import _SAMPLERS_BY_NAME  # noqa: E402
+from benchmarks.batch_sizes import _SECONDS  # noqa: E402
+from benchmarks.batch_sizes import graph_rounds  # noqa: E402
+from benchmarks.batch_sizes import Timed  # noqa: E402
+from benchmarks.data import dataset  # noqa: E402
 from tf_repulsive import _drawers  # noqa: E402
 
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 50, "k.")

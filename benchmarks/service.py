@@ -1,11 +1,11 @@
 """tf.data service with the arrays in the graph and by reference (`data_dir`): graph, memory, first batch.
 
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_service.py [--num_points=1000000] [--dim=128]
+  .venv/bin/python -m benchmarks.service [--num_points=1000000] [--dim=128]
       [--batch_size=512] [--sampler=vanilla_pds] [--modes=reference,value] [--batches=200] [--rebuild]
 
 A dispatcher, two workers and a client, each its own process, in a private network namespace
 (the script enters one with `unshare --net`, loopback only, as root; the servers stop with it).
-The client builds the batcher on Gaussian data (`scripts/benchmark_data.py`, 10 labels),
+The client builds the batcher on Gaussian data (`benchmarks/data.py`, 10 labels),
 ships the stream with `distribute("distributed_epoch")` and reads `--batches` batches. Per mode:
 the build's seconds, the serialised graph's bytes, the workers' check of the data files (lengths,
 then every byte: `check_data_files(..., contents=True)`), the seconds from `distribute()` to the
@@ -63,7 +63,7 @@ _CLIENT = """
 import json, sys, time
 import numpy as np, tensorflow as tf
 sys.path.insert(0, ".")
-from scripts.benchmark_data import dataset
+from benchmarks.data import dataset
 import tf_repulsive
 address, data_dir, num_points, dim, batch_size, sampler_name, batches, rebuild_too = sys.argv[1:]
 features, labels = dataset("gaussian", int(num_points), int(dim))

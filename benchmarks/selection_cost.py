@@ -1,8 +1,8 @@
 """What the selection methods that need no extra pass cost per training step, against their baselines.
 
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_selection_cost.py [--num_points=60000] [--rounds=8]
+  .venv/bin/python -m benchmarks.selection_cost [--num_points=60000] [--rounds=8]
 
-Data: MNIST-like clipped clusters, N x 28 x 28 x 1 (`scripts/benchmark_data.py`), 10 labels.
+Data: MNIST-like clipped clusters, N x 28 x 28 x 1 (`benchmarks/data.py`), 10 labels.
 Model: the Deep-MNIST CNN (`examples.mnist_deep.train.deep_mnist_model`), Adam 1e-4, k = 50.
 
 Each arm trains a model of its own through `train_on_batch` (the step `fit` runs, XLA as Keras
@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from examples.mnist_deep import train  # noqa: E402
-from scripts.benchmark_data import mnist_like  # noqa: E402
+from benchmarks.data import mnist_like  # noqa: E402
 import tf_repulsive  # noqa: E402
 
 _NUM_POINTS = flags.DEFINE_integer("num_points", 60000, "N.")

@@ -1,6 +1,6 @@
 """Wall-clock to a target test error on the Deep-MNIST digits runs, and the sampler's share of a step.
 
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_time_to_accuracy.py \
+  .venv/bin/python -m benchmarks.time_to_accuracy \
       --runs=uniform=runs/mnist_deep_digits/uniform,vanilla_pds@auto=runs/digits_auto/vanilla_pds \
       --target_error=0.03
 

@@ -1,6 +1,6 @@
 """Batches/s of the dart thrower's draw alone, Vanilla against Easy, Dense and Anneal PDS at one radius.
 
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_draw.py [--data=gaussian] [--num_points=50000]
+  .venv/bin/python -m benchmarks.draw [--data=gaussian] [--num_points=50000]
       [--dim=64] [--batch_size=512] [--radius=auto] [--rounds=3] [--compare_tree=PATH]
 
 Builds the dart throwers of Vanilla PDS, Easy PDS (the disk for mingling value 0 only), Dense PDS
@@ -15,7 +15,7 @@ With `--compare_tree`, the dart thrower of another checkout (its path's
 `tf_repulsive/_dart*.py`; the rest of the package is this one's) is timed beside this one in the
 same process, its throwers suffixed "@other" (their darts are counted when that checkout's blocks
 settle in `_dart_acceptance.Acceptance.accept`, as here). Data as in benchmark_batch_sizes.py
-(`scripts/benchmark_data.py`).
+(`benchmarks/data.py`).
 """
 
 import importlib.abc
@@ -31,7 +31,7 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from scripts.benchmark_data import dataset  # noqa: E402
+from benchmarks.data import dataset  # noqa: E402
 import tf_repulsive  # noqa: E402
 from tf_repulsive import _dart_throwing  # noqa: E402,F401 (loads this checkout's dart-throwing modules)
 from tf_repulsive import _mingling  # noqa: E402

@@ -1,6 +1,6 @@
 """Where the distance cache pays: a disk sampler's stream with and without it, against shuffle + batch.
 
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_distance_cache.py --data=mnist_like --num_points=8000
+  .venv/bin/python -m benchmarks.distance_cache --data=mnist_like --num_points=8000
       --batch_sizes=50,150 --rounds=5 --seconds=0.7 [--dims=64,256,784,1024,2048,3072]
 
 `--data` (the first of the list), `--num_points`, `--batch_sizes`, `--rounds` and `--seconds` are
@@ -22,14 +22,14 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tf_repulsive  # noqa: E402
-from scripts.benchmark_batch_sizes import _BATCH_SIZES  # noqa: E402
-from scripts.benchmark_batch_sizes import _DATA  # noqa: E402
-from scripts.benchmark_batch_sizes import _NUM_POINTS  # noqa: E402
-from scripts.benchmark_batch_sizes import _ROUNDS  # noqa: E402
-from scripts.benchmark_batch_sizes import _SECONDS  # noqa: E402
-from scripts.benchmark_batch_sizes import graph_rounds  # noqa: E402
-from scripts.benchmark_batch_sizes import Timed  # noqa: E402
-from scripts.benchmark_data import dataset  # noqa: E402
+from benchmarks.batch_sizes import _BATCH_SIZES  # noqa: E402
+from benchmarks.batch_sizes import _DATA  # noqa: E402
+from benchmarks.batch_sizes import _NUM_POINTS  # noqa: E402
+from benchmarks.batch_sizes import _ROUNDS  # noqa: E402
+from benchmarks.batch_sizes import _SECONDS  # noqa: E402
+from benchmarks.batch_sizes import graph_rounds  # noqa: E402
+from benchmarks.batch_sizes import Timed  # noqa: E402
+from benchmarks.data import dataset  # noqa: E402
 from tf_repulsive import _dart_config  # noqa: E402
 
 _DIMS = flags.DEFINE_list("dims", ["64", "256", "784", "1024", "2048", "3072"], "Feature dimensions d.")

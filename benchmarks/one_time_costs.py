@@ -1,7 +1,7 @@
 """One-time costs at the sizes users train with: build, radius="auto" calibration, mingling search,
 and the first batch of a new iterator, each with its conditions (N, d, k, sampler, radius).
 
-  .venv/bin/python scripts/benchmark_one_time_costs.py [--cases=digits,gauss_k50,...]
+  .venv/bin/python -m benchmarks.one_time_costs [--cases=digits,gauss_k50,...]
 
 Cases (data x sampler x radius at batch size k):
   digits: scikit-learn's digits (1797 x 64), k = 50, VanillaPDS default and "auto";
@@ -51,7 +51,7 @@ def _clusters(num_points=50000, dim=64, classes=10, spread=0.35):
 
 
 def _mnist_like():
-  from scripts.benchmark_data import mnist_like  # pylint: disable=import-outside-toplevel
+  from benchmarks.data import mnist_like  # pylint: disable=import-outside-toplevel
   return mnist_like()
 
 

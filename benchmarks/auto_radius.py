@@ -1,6 +1,6 @@
 """radius="auto" against the default radius: the radius, fills, build time and batches/s.
 
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_auto_radius.py [speech_data_dir]
+  .venv/bin/python -m benchmarks.auto_radius [speech_data_dir]
 
 Data: scikit-learn's digits (1797 x 64, k = 50), the paper's sine boundary (3000 x 2, k = 30),
 the MNIST-sized clusters of benchmark_throughput.py (60000 x 784, k = 50) and, given the generated
@@ -26,7 +26,7 @@ import tensorflow as tf  # noqa: E402
 
 import tf_repulsive  # noqa: E402
 from tf_repulsive import _radius  # noqa: E402
-from scripts.benchmark_data import mnist_like  # noqa: E402
+from benchmarks.data import mnist_like  # noqa: E402
 
 
 def datasets(speech_dir):

@@ -5,7 +5,7 @@ darts run out in every batch, and the fill supplies about 15 of its 50 points. P
 the steady-state batches/s of one iterator of the stream (a Python loop of `next`, `--batches`
 batches after the first) and the median time of `batch_indices`. "scores" is the O(N) fill that
 the package uses only for N <= 8 k (forced here for every N, as the baseline).
-  .venv/bin/python scripts/benchmark_fill.py [--sizes=100000,1250000,5000000] [--batches=300]
+  .venv/bin/python -m benchmarks.fill [--sizes=100000,1250000,5000000] [--batches=300]
 """
 
 import time

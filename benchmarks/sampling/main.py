@@ -4,14 +4,14 @@ Part 1: seconds per mini-batch of `VanillaPDS()` for each k of --sizes on N = 81
 dimensions (Oxford-Flowers-like features), beside the paper's. Part 2: batches/s of
 `repulsive_batch(50, VanillaPDS())` against `shuffle(N).batch(50)` on 60000 x 784; see benchmark.py.
 
-  python -m examples.benchmark_sampling.main
-  python -m examples.benchmark_sampling.main --label_weight=0.7 --sizes=80,150
+  python -m benchmarks.sampling.main
+  python -m benchmarks.sampling.main --label_weight=0.7 --sizes=80,150
 """
 
 from absl import app
 
 from examples import settings
-from examples.benchmark_sampling import benchmark
+from benchmarks.sampling import benchmark
 
 settings.define_flags(benchmark.Config)
 

@@ -1,6 +1,6 @@
 """Batches/s at every batch size, steady state on one iterator per pipeline, against `shuffle(N).batch(k)`.
 
-  PYTHONPATH=. .venv/bin/python scripts/benchmark_batch_sizes.py [--data=gaussian,clusters] [--num_points=50000]
+  .venv/bin/python -m benchmarks.batch_sizes [--data=gaussian,clusters] [--num_points=50000]
       [--dim=64] [--batch_sizes=50,512,2048,4096] [--samplers=vanilla_pds,...] [--radius=auto]
       [--seconds=2] [--rounds=3] [--reuse_mingling] [--processes=1]
 
@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tf_repulsive  # noqa: E402
-from scripts.benchmark_data import dataset  # noqa: E402
+from benchmarks.data import dataset  # noqa: E402
 from tf_repulsive import _mingling  # noqa: E402
 
 _DATA = flags.DEFINE_list("data", "gaussian,clusters", "Datasets: gaussian, clusters, mnist_like, digits.")

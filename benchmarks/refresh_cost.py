@@ -121,7 +121,13 @@ def _print_training_step_overhead(x, y):
                if name.startswith("ImportancePDS") else tf_repulsive.Importance())
     batcher = tf_repulsive.repulsive_batch(_BATCH_SIZE, sampler, seed=1, start_step=0, features=space,
                                            options=tf_repulsive.BatcherOptions(verbose=False))
-    runs.append((model, batcher, iter(data.apply(batcher).prefetch(2))))
+    iterator = iter(data.apply(batcher).prefetch(2))
+    if space is not None:
+      # The wrapper that records the training step's features, compiled as the model is.
+      trainer = tf_repulsive.RecordingModel(model, batcher)
+      trainer.compile(optimizer=model.optimizer, loss=model.loss)
+      model = trainer
+    runs.append((model, batcher, iterator))
   seconds, cpu_seconds = [[] for _ in runs], [[] for _ in runs]
   for epoch in range(_EPOCHS):
     for which, (model, batcher, iterator) in enumerate(runs):

@@ -41,15 +41,22 @@ def _batcher(model, sampler=None, start_step=0, **space_options):
                                       features=space, options=tf_repulsive.BatcherOptions(verbose=False))
 
 
-def _train(batcher, model, iterator, steps, first=0):
+def _trainer(model, batcher):
+  """The model that records the training steps' features: `model`, wrapped, compiled as `model` is."""
+  trainer = tf_repulsive.RecordingModel(model, batcher)
+  trainer.compile(optimizer=model.optimizer, loss=model.loss, jit_compile=model.jit_compile)
+  return trainer
+
+
+def _train(batcher, trainer, iterator, steps, first=0):
   """A custom loop; returns each step's batch indices and the model's weights before its update."""
   indices, weights = [], []
   for step in range(first, first + steps):
     batcher.refresh_features(step)
     batch_x, batch_y = next(iterator)
     indices.append(batcher.batch_indices(step))
-    weights.append(model.get_weights())
-    model.train_on_batch(batch_x, batch_y)
+    weights.append(trainer.get_weights())
+    trainer.train_on_batch(batch_x, batch_y)
   return indices, weights
 
 
@@ -59,7 +66,8 @@ def test_the_table_holds_each_trained_elements_features_from_its_last_step_and_t
   batcher = _batcher(model)
   build_features = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y, verbose=False)
   iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
-  indices, weights = _train(batcher, model, iterator, 10)
+  trainer = _trainer(model, batcher)
+  indices, weights = _train(batcher, trainer, iterator, 10)
   batcher.refresh_features(10)
   table = batcher.training_features.snapshot()
   last_step = {}
@@ -84,6 +92,7 @@ def test_each_refresh_draws_on_the_table_of_its_step():
   model = _model()
   batcher = _batcher(model)
   iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  trainer = _trainer(model, batcher)
   snapshots = {}
   for step in range(3 * REFRESH):
     batcher.refresh_features(step)
@@ -96,7 +105,7 @@ def test_each_refresh_draws_on_the_table_of_its_step():
     key = tf.constant([SEED, tf_repulsive._pipeline._KEY_SALT], tf.int64)  # pylint: disable=protected-access
     expected = drawer.draw(key, tf.constant(step, tf.int64))[0].numpy()[0]
     np.testing.assert_array_equal(batch_x.numpy(), x[expected], err_msg=f"step {step}")
-    model.train_on_batch(batch_x, batch_y)
+    trainer.train_on_batch(batch_x, batch_y)
   assert batcher.stats().refreshes == 3
   # Refreshes after the first read the table: they differ from the build's features.
   assert not np.array_equal(snapshots[2 * REFRESH], snapshots[0])
@@ -107,7 +116,8 @@ def test_a_full_refresh_computes_every_element_again():
   model = _model()
   batcher = _batcher(model, full_refresh_every=2 * REFRESH)
   iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
-  _train(batcher, model, iterator, 2 * REFRESH)
+  trainer = _trainer(model, batcher)
+  _train(batcher, trainer, iterator, 2 * REFRESH)
   batcher.refresh_features(2 * REFRESH)
   full = tf_repulsive.compute_features(tf_repulsive.GradientFeatures(), model, x, y, verbose=False)
   np.testing.assert_allclose(batcher.training_features.snapshot(), full, rtol=1e-6)
@@ -120,20 +130,22 @@ def test_a_restored_table_and_model_continue_with_the_uninterrupted_batches(tmp_
   model = _model()
   batcher = _batcher(model, directory=tmp_path / "refreshes")
   iterator = iter(data.apply(batcher))
+  trainer = _trainer(model, batcher)
   checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator,
                                    features=batcher.training_features)
-  uninterrupted, _ = _train(batcher, model, iterator, 6)
+  uninterrupted, _ = _train(batcher, trainer, iterator, 6)
   batcher.refresh_features(6)
   path = checkpoint.write(str(tmp_path / "ckpt"))
-  uninterrupted += _train(batcher, model, iterator, 8, first=6)[0]
+  uninterrupted += _train(batcher, trainer, iterator, 8, first=6)[0]
   # A new model, batcher and iterator, as a new process builds them, restored at step 6.
   model = _model()
   model.optimizer.build(model.trainable_variables)
   batcher = _batcher(model, directory=tmp_path / "refreshes")
   iterator = iter(data.apply(batcher))
+  trainer = _trainer(model, batcher)
   tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator,
                       features=batcher.training_features).read(path).assert_consumed()
-  resumed, _ = _train(batcher, model, iterator, 8, first=6)
+  resumed, _ = _train(batcher, trainer, iterator, 8, first=6)
   for step, (expected, got) in enumerate(zip(uninterrupted[6:], resumed), start=6):
     np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
 
@@ -146,11 +158,14 @@ def test_fit_records_every_step_behind_a_prefetch_and_logs_them_beside_the_refre
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   batcher = _batcher(model, start_step=None, directory=tmp_path)
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher).prefetch(8)
+  calls = [layer.call for layer in model.layers]
   weights = []
   keep_weights = keras.callbacks.LambdaCallback(on_train_batch_begin=lambda batch, logs: weights.append(
       model.get_weights()))
-  model.fit(stream, steps_per_epoch=6, epochs=2, verbose=0,
-            callbacks=[keep_weights, tf_repulsive.AnnealingCallback(batcher)])
+  _trainer(model, batcher).fit(stream, steps_per_epoch=6, epochs=2, verbose=0,
+                               callbacks=[keep_weights, tf_repulsive.AnnealingCallback(batcher)])
+  # Recorded by the wrapper: the model's layers are as they were.
+  assert [layer.call for layer in model.layers] == calls
   assert int(batcher.training_features.recorded_through.numpy()) == 11
   assert batcher.stats().refreshes == 3  # steps 0, 4, 8
   assert sorted(path.name for path in tmp_path.glob("training-log-*")) == [
@@ -173,13 +188,14 @@ def test_a_new_batcher_rebuilds_the_table_from_the_directory_at_any_step(tmp_pat
   model = _model()
   batcher = _batcher(model, directory=tmp_path / "refreshes", keep_last=2)
   iterator = iter(data.apply(batcher))
+  trainer = _trainer(model, batcher)
   checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator)
-  _train(batcher, model, iterator, 7)
+  _train(batcher, trainer, iterator, 7)
   path = checkpoint.write(str(tmp_path / "ckpt"))
-  uninterrupted_after, _ = _train(batcher, model, iterator, 1, first=7)
+  uninterrupted_after, _ = _train(batcher, trainer, iterator, 1, first=7)
   table_at_7 = batcher.training_features.snapshot()  # after step 7's refresh_features: steps 0 ... 6
   # (Up to step 10: keep_last=2 then still holds refreshes 1 and 2, and the log of refresh 1.)
-  uninterrupted_after += _train(batcher, model, iterator, 3, first=8)[0]
+  uninterrupted_after += _train(batcher, trainer, iterator, 3, first=8)[0]
   assert sorted(path.name for path in (tmp_path / "refreshes").glob("*")) == [
       "refresh-000000001.npz", "refresh-000000002.npz", "training-log-000000001.bin", "training-log-000000002.bin"]
   # Only the model, the optimizer and the iterator are restored; the table comes from the directory.
@@ -187,10 +203,11 @@ def test_a_new_batcher_rebuilds_the_table_from_the_directory_at_any_step(tmp_pat
   model.optimizer.build(model.trainable_variables)
   batcher = _batcher(model, directory=tmp_path / "refreshes", keep_last=2)
   iterator = iter(data.apply(batcher))
+  trainer = _trainer(model, batcher)
   tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator).read(path).assert_consumed()
-  resumed, _ = _train(batcher, model, iterator, 1, first=7)
+  resumed, _ = _train(batcher, trainer, iterator, 1, first=7)
   np.testing.assert_array_equal(batcher.training_features.snapshot(), table_at_7)
-  resumed += _train(batcher, model, iterator, 3, first=8)[0]
+  resumed += _train(batcher, trainer, iterator, 3, first=8)[0]
   for step, (expected, got) in enumerate(zip(uninterrupted_after, resumed), start=7):
     np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
 
@@ -200,7 +217,8 @@ def test_a_skipped_step_is_refused_naming_what_to_do():
   model = _model()
   batcher = _batcher(model)
   iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
-  _train(batcher, model, iterator, 2)
+  trainer = _trainer(model, batcher)
+  _train(batcher, trainer, iterator, 2)
   with pytest.raises(ValueError, match="not at hand"):
     batcher.refresh_features(4)
 
@@ -212,12 +230,13 @@ def test_two_training_calls_per_step_are_refused_at_the_next_refresh(prefetch):
   model = _model()
   batcher = _batcher(model)
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  trainer = _trainer(model, batcher)
   iterator = iter(dataset.prefetch(8) if prefetch else dataset)
   for step in range(REFRESH):
     batcher.refresh_features(step)
     batch_x, batch_y = next(iterator)
-    model.train_on_batch(batch_x, batch_y)
-    model.train_on_batch(batch_x, batch_y)
+    trainer.train_on_batch(batch_x, batch_y)
+    trainer.train_on_batch(batch_x, batch_y)
   with pytest.raises(ValueError, match="exactly one training call"):
     batcher.refresh_features(REFRESH)
 
@@ -233,7 +252,7 @@ def test_bad_options_are_refused(options, error, match):
                             **{"from_training_step": True, **options})
 
 
-def test_a_source_without_last_layer_features_and_a_second_batcher_on_one_model_are_refused():
+def test_a_source_without_last_layer_features_and_a_fit_of_the_bare_model_are_refused():
   x, y = _data()
   model = _model()
   space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(layer=model.layers[0].name),
@@ -241,9 +260,12 @@ def test_a_source_without_last_layer_features_and_a_second_batcher_on_one_model_
   with pytest.raises(TypeError, match="last_layer_fn"):
     tf.data.Dataset.from_tensor_slices((x, y)).apply(
         tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Importance(), seed=0, start_step=0, features=space))
-  tf.data.Dataset.from_tensor_slices((x, y)).apply(_batcher(model))
-  with pytest.raises(ValueError, match="one ModelSpace"):
-    tf.data.Dataset.from_tensor_slices((x, y)).apply(_batcher(model))
+  batcher = _batcher(model, start_step=None)
+  stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  with pytest.raises(ValueError, match=r"fit tf_repulsive.RecordingModel\(model, batcher\)"):
+    model.fit(stream, steps_per_epoch=2, verbose=0, callbacks=[tf_repulsive.BatchStreamCallback(batcher)])
+  with pytest.raises(ValueError, match="another model"):
+    tf_repulsive.RecordingModel(_model(), batcher)
 
 
 def test_the_loss_and_the_embedding_come_from_the_training_step_too():
@@ -254,7 +276,7 @@ def test_the_loss_and_the_embedding_come_from_the_training_step_too():
     batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.Importance(), seed=SEED, start_step=0,
                                            features=space, options=tf_repulsive.BatcherOptions(verbose=False))
     iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
-    indices, _ = _train(batcher, model, iterator, 3)
+    indices, _ = _train(batcher, _trainer(model, batcher), iterator, 3)
     batcher.refresh_features(3)
     rows = np.unique(np.concatenate(indices))
     full = tf_repulsive.compute_features(source, model, x, y, verbose=False)
@@ -285,10 +307,11 @@ def test_a_training_call_on_other_batches_is_refused_at_the_next_refresh(take_ba
   model = _model()
   batcher = _batcher(model)
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  trainer = _trainer(model, batcher)
   batcher.refresh_features(0)
   if take_batch:
     next(iter(dataset))
-  model.train_on_batch(x[:rows], y[:rows])
+  trainer.train_on_batch(x[:rows], y[:rows])
   batcher.refresh_features(1)  # between refreshes, nothing is checked
   with pytest.raises(ValueError, match=match):
     batcher.refresh_features(REFRESH)
@@ -300,8 +323,9 @@ def test_a_failed_write_of_the_table_is_raised_at_the_next_refresh(tmp_path):
   model = _model()
   batcher = _batcher(model, directory=tmp_path)
   iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  trainer = _trainer(model, batcher)
   # np.savez cannot write the partial file of refresh 1 where a directory has its name.
   (tmp_path / "refresh-000000001.partial.npz").mkdir()
-  _train(batcher, model, iterator, 2 * REFRESH)
+  _train(batcher, trainer, iterator, 2 * REFRESH)
   with pytest.raises(IsADirectoryError, match="refresh-000000001"):
     batcher.refresh_features(2 * REFRESH)

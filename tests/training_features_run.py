@@ -26,13 +26,14 @@ def main(phase, workdir):
   model.optimizer.build(model.trainable_variables)
   batcher = cases._batcher(model, directory=workdir / "refreshes")  # pylint: disable=protected-access
   iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  trainer = cases._trainer(model, batcher)  # pylint: disable=protected-access
   checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, iterator=iterator)
   if phase == "first":
-    cases._train(batcher, model, iterator, RESUME_AT)  # pylint: disable=protected-access
+    cases._train(batcher, trainer, iterator, RESUME_AT)  # pylint: disable=protected-access
     checkpoint.write(str(workdir / "ckpt"))
   else:
     checkpoint.read(str(workdir / "ckpt")).assert_consumed()
-  indices, _ = cases._train(batcher, model, iterator, STEPS - RESUME_AT, first=RESUME_AT)  # pylint: disable=protected-access
+  indices, _ = cases._train(batcher, trainer, iterator, STEPS - RESUME_AT, first=RESUME_AT)  # pylint: disable=protected-access
   (workdir / f"{phase}.json").write_text(json.dumps({"indices": [batch.tolist() for batch in indices]}))
 
 

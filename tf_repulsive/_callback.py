@@ -126,7 +126,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._batcher.steps_per_epoch  # Raises now if the batcher was never applied to a dataset.
     workers = workers_of(self.model)
     self._check_model_space(workers)
-    if self._batcher.drawer.learns_from_losses:
+    if _recording.records_training(self._batcher):
       _recording.check_fit(self._batcher, self.model)
     if workers > 1 and not self._batcher.per_replica_slices:
       # TF's multi-worker rebatching expects each worker to read different data; given the same
@@ -169,7 +169,8 @@ class BatchStreamCallback(keras.callbacks.Callback):
           f"under a strategy with {workers} workers the features of a ModelSpace batcher would be "
           "refreshed by every worker on its own: refreshed features need one worker (MirroredStrategy "
           "on one machine works).")
-    if space.model is not self.model:
+    trained = self.model.trained_model if isinstance(self.model, _recording.RecordingModel) else self.model
+    if space.model is not trained:
       raise ValueError(
           "the batcher's ModelSpace computes its features from another model than the one fit trains: "
           "give the ModelSpace the model whose fit this callback runs in.")

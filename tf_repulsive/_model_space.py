@@ -79,7 +79,8 @@ class ModelSpace:
       the deterministic part of that mapping, without augmentation. None: `x` as it is.
     from_training_step: take the features of the k elements each step trains on from that
       step's own forward pass, and refresh from the table they update, without a pass over the
-      data (TensorFlow backend; see "Features from the training step" in the guide). False:
+      data. Fit `RecordingModel(model, batcher)`, which records them (TensorFlow backend; see
+      "Features from the training step" in the guide). False:
       every refresh computes the features of all N.
     full_refresh_every: with `from_training_step`, the steps between refreshes that compute
       the features of all N again (a multiple of `refresh_every`); None: only the first refresh,
@@ -145,8 +146,8 @@ class ModelSpace:
                          f"{self.refresh_every}: a full refresh replaces a refresh.")
     if self.from_training_step and keras.backend.backend() != "tensorflow":
       raise ValueError(
-          f"from_training_step=True reads the training step's forward pass through a tap on the model's last "
-          f"layer, which needs the TensorFlow backend; this is {keras.backend.backend()!r}. Use "
+          f"from_training_step=True records the training step's forward pass through RecordingModel, which "
+          f"needs the TensorFlow backend; this is {keras.backend.backend()!r}. Use "
           "from_training_step=False (every refresh computes all features).")
 
   def is_full_refresh(self, refresh: int) -> bool:

@@ -2,8 +2,9 @@
 
 The training step's forward pass already computes, for the k elements it trains on, what the
 built-in feature sources need: the input h of the model's last layer and that layer's output.
-A tap on the last layer computes the batch's features from them (`FeatureSource.last_layer_fn`)
-inside the training call itself, and writes them into an `[N, d]` table at the batch's indices;
+`RecordingModel`, the model that `fit` trains in place of the user's, computes the batch's
+features from them (`FeatureSource.last_layer_fn`) inside the training call itself, and
+`TrainingFeatures.record` writes them into an `[N, d]` table at the batch's indices;
 the elements not trained on keep their last features. No Python runs per step. A refresh builds
 the sampler on the table instead of a pass over the data.
 
@@ -18,8 +19,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Callable
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -37,24 +36,14 @@ def _log_path(directory: str | os.PathLike, refresh: int) -> pathlib.Path:
   return pathlib.Path(directory) / f"training-log-{refresh:09d}.bin"
 
 
-class _LastLayerTap:
-  """Runs `record(inputs, outputs)` in each training call of the model's last layer; holds this process's step state.
+class _StepRecords:
+  """This process's record of the training steps: not part of the table's checkpoints.
 
-  The state here is not part of the table's checkpoints: the indices of the batches the stream
-  delivered, the last record (for the log), and the faults found in the training calls.
+  The indices of the batches the stream delivered, the last record (for the log), and the
+  faults found in the training calls.
   """
 
-  def __init__(self, model: keras.Model, batch_size: int, dim: int,
-               record: Callable[[tf.Tensor, tf.Tensor], None]):
-    layer = model.layers[-1]
-    if not isinstance(layer, keras.layers.Dense):
-      raise TypeError(
-          f"from_training_step=True reads the model's last layer, which must be a Dense layer; "
-          f"{model.name!r} ends with {layer!r}. Use from_training_step=False.")
-    if getattr(layer.call, "_tf_repulsive_tap", False):
-      raise ValueError(
-          f"the last layer of {model.name!r} already feeds another batcher's features from the training "
-          "step: one ModelSpace(from_training_step=True) batcher per model.")
+  def __init__(self, batch_size: int, dim: int):
     with tf.device("CPU:0"):
       # The indices of the batches the stream delivered, by step modulo the ring's length.
       self.delivered = tf.Variable(tf.zeros([_DELIVERED_STEPS, batch_size], tf.int32), trainable=False)
@@ -68,18 +57,6 @@ class _LastLayerTap:
       # Training calls whose batch the stream had not delivered for their step, and calls on
       # another number of elements than k. Checked outside the call: XLA drops assertions.
       self.faults = tf.Variable(tf.zeros([2], tf.int64), trainable=False)
-    original = layer.call
-
-    def call(inputs, *args, training=None, **kwargs):
-      outputs = original(inputs, *args, training=training, **kwargs)
-      # Training calls on tensors only: not inference, nor Keras' symbolic build.
-      if training and isinstance(inputs, tf.Tensor) and not isinstance(inputs, keras.KerasTensor):
-        record(tf.stop_gradient(tf.cast(_flat(inputs), tf.float32)),
-               tf.stop_gradient(tf.cast(_flat(outputs), tf.float32)))
-      return outputs
-
-    call._tf_repulsive_tap = True  # type: ignore[attr-defined]
-    layer.call = call
 
 
 def _parse_log(raw: bytes, batch_size: int, dim: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -113,6 +90,11 @@ class TrainingFeatures(tf.Module):
           f"{type(space.source).__name__} cannot compute its features from the model's last layer "
           "(its last_layer_fn() is None), which from_training_step=True needs: use GradientFeatures(), "
           "LossFeatures() or EmbeddingFeatures() without `layer`.")
+    layer = space.model.layers[-1] if space.model.layers else None
+    if not isinstance(layer, keras.layers.Dense):
+      raise TypeError(
+          f"from_training_step=True reads the model's last layer, which must be a Dense layer; "
+          f"{space.model.name!r} ends with {layer!r}. Use from_training_step=False.")
     self._space = space
     self._batch_size = batch_size
     self._last_layer_fn = last_layer_fn
@@ -123,15 +105,18 @@ class TrainingFeatures(tf.Module):
       self.recorded_through = tf.Variable(_NONE_RECORDED, dtype=tf.int64, trainable=False)
     # The last step whose record the directory's log holds (this process).
     self._logged_through = _NONE_RECORDED
-    self._tap = _LastLayerTap(space.model, batch_size, features.shape[1], self._record)
+    self._steps = _StepRecords(batch_size, features.shape[1])
 
-  def _record(self, inputs: tf.Tensor, outputs: tf.Tensor) -> None:
+  def record(self, inputs: tf.Tensor, outputs: tf.Tensor) -> None:
     """The ops of a training call: the batch's features into the table, as the step after the one it holds.
 
-    A call whose step's batch the stream did not deliver, or that saw another number of
-    elements than k, writes nothing and counts a fault (`check`).
+    `RecordingModel` runs them in each training call, on the input and the output of the
+    model's last layer. A call whose step's batch the stream did not deliver, or that saw
+    another number of elements than k, writes nothing and counts a fault (`check`).
     """
-    tap, batch_size = self._tap, self._batch_size
+    tap, batch_size = self._steps, self._batch_size
+    inputs = tf.stop_gradient(tf.cast(_flat(inputs), tf.float32))
+    outputs = tf.stop_gradient(tf.cast(_flat(outputs), tf.float32))
     step = self.recorded_through.read_value() + 1
     slot = step % _DELIVERED_STEPS
     rows = tf.shape(inputs)[0]
@@ -157,7 +142,7 @@ class TrainingFeatures(tf.Module):
 
   def check(self) -> None:
     """Raises if a training call could not be recorded (its step's batch undelivered, or another size than k)."""
-    undelivered, missized = (int(count) for count in self._tap.faults.numpy())
+    undelivered, missized = (int(count) for count in self._steps.faults.numpy())
     if undelivered:
       raise ValueError(
           f"{undelivered} training call(s) of the model found no batch of the stream for their step (it keeps "
@@ -174,7 +159,7 @@ class TrainingFeatures(tf.Module):
     if space.directory is None or step <= self._logged_through:
       return
     self.check()
-    recorded = int(self._tap.last_step.numpy())
+    recorded = int(self._steps.last_step.numpy())
     if recorded < step:
       # The table came restored from a checkpoint: this process has no record of the step to log.
       return
@@ -191,15 +176,15 @@ class TrainingFeatures(tf.Module):
         if int(old.stem.rsplit("-", 1)[1]) <= refresh - space.keep_last:
           old.unlink(missing_ok=True)
     with _log_path(space.directory, refresh).open("ab") as log:
-      log.write(np.int64(step).tobytes() + self._tap.last_indices.numpy().astype(np.int32).tobytes()
-                + self._tap.last_features.numpy().tobytes())
+      log.write(np.int64(step).tobytes() + self._steps.last_indices.numpy().astype(np.int32).tobytes()
+                + self._steps.last_features.numpy().tobytes())
     self._logged_through = step
 
   def remember(self, steps: tf.Tensor, indices: tf.Tensor) -> tf.Operation:
     """The op of the stream's draw that keeps the indices of the batches of `steps` for their records."""
     slots = (steps % _DELIVERED_STEPS)[:, None]
-    return tf.group(self._tap.delivered.scatter_nd_update(slots, indices),
-                    self._tap.delivered_steps.scatter_nd_update(slots, steps))
+    return tf.group(self._steps.delivered.scatter_nd_update(slots, indices),
+                    self._steps.delivered_steps.scatter_nd_update(slots, steps))
 
   def snapshot(self) -> np.ndarray:
     """The table as it is now: a read-only view that later steps do not change (they copy the table first)."""

@@ -291,12 +291,13 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                                          log_dir=workdir / "tensorboard" / "test", started=started,
                                          more=validation)
   # One Keras "epoch" per evaluation interval: a progress bar per interval, epoch logs for TensorBoard.
-  model.fit(train, steps_per_epoch=config.eval_every, epochs=math.ceil(config.steps / config.eval_every),
-            shuffle=False, verbose=verbose,
-            # The evaluation first: the time of step n's evaluation leaves out the refresh that
-            # serves the steps after n.
-            callbacks=[evaluation, *common.sampler_callbacks(batcher),
-                       keras.callbacks.TensorBoard(str(workdir / "tensorboard"))])
+  trained = common.fitted_model(model, batcher)
+  trained.fit(train, steps_per_epoch=config.eval_every, epochs=math.ceil(config.steps / config.eval_every),
+              shuffle=False, verbose=verbose,
+              # The evaluation first: the time of step n's evaluation leaves out the refresh that
+              # serves the steps after n.
+              callbacks=[evaluation, *common.sampler_callbacks(batcher),
+                         keras.callbacks.TensorBoard(str(workdir / "tensorboard"))])
   curve = [common.with_errors(row) for row in evaluation.history]
   common.plot_curve([row["step"] for row in curve], [row["test_error"] for row in curve], workdir / "eval.png",
                     "test error", f"{config.dataset}, {config.sampler}, seed {config.seed}", yscale="log")

@@ -269,19 +269,20 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
       evaluation_data("validation"), config.eval_step_interval, workdir / "validation_curve.csv",
       log_dir=workdir / "tensorboard" / "validation", prefix="validation", started=started)
   steps_per_epoch = min(config.eval_step_interval, config.total_steps)
-  model.fit(train, steps_per_epoch=steps_per_epoch, epochs=math.ceil(config.total_steps / steps_per_epoch),
-            shuffle=False, verbose=verbose,
-            callbacks=[
-                _TrainingMetricsInEpochLogs(),
-                # Before the sampler's callbacks: the time of step n's evaluation leaves out the
-                # refresh that serves the steps after n.
-                validation,
-                # Before TensorBoard, which then logs the pi and mingling mix it adds.
-                # ActiveBias records its prediction history on the clean clips' MFCCs.
-                *common.sampler_callbacks(batcher, model_inputs=train_features),
-                _StopAtStep(config.total_steps),
-                keras.callbacks.TensorBoard(workdir / "tensorboard"),
-            ])
+  trained = common.fitted_model(model, batcher)
+  trained.fit(train, steps_per_epoch=steps_per_epoch, epochs=math.ceil(config.total_steps / steps_per_epoch),
+              shuffle=False, verbose=verbose,
+              callbacks=[
+                  _TrainingMetricsInEpochLogs(),
+                  # Before the sampler's callbacks: the time of step n's evaluation leaves out the
+                  # refresh that serves the steps after n.
+                  validation,
+                  # Before TensorBoard, which then logs the pi and mingling mix it adds.
+                  # ActiveBias records its prediction history on the clean clips' MFCCs.
+                  *common.sampler_callbacks(batcher, model_inputs=train_features),
+                  _StopAtStep(config.total_steps),
+                  keras.callbacks.TensorBoard(workdir / "tensorboard"),
+              ])
   test_accuracy = float(model.evaluate(evaluation_data("testing"), verbose=0, return_dict=True)["accuracy"])
 
   mingling = tf_repulsive.mingling_index(train_features.reshape(len(train_labels), -1), train_labels,

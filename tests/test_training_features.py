@@ -329,3 +329,24 @@ def test_a_failed_write_of_the_table_is_raised_at_the_next_refresh(tmp_path):
   _train(batcher, trainer, iterator, 2 * REFRESH)
   with pytest.raises(IsADirectoryError, match="refresh-000000001"):
     batcher.refresh_features(2 * REFRESH)
+
+
+def test_the_wrappers_saved_weights_carry_the_table(tmp_path):
+  x, y = _data()
+  data = tf.data.Dataset.from_tensor_slices((x, y))
+  model = _model()
+  batcher = _batcher(model)
+  iterator = iter(data.apply(batcher))
+  trainer = _trainer(model, batcher)
+  _train(batcher, trainer, iterator, 5)
+  trainer.save_weights(str(tmp_path / "trainer.weights.h5"))
+  model = _model()
+  batcher = _batcher(model)
+  data.apply(batcher)
+  restored = _trainer(model, batcher)
+  assert not np.array_equal(batcher.training_features.snapshot(), trainer.training_features.snapshot())
+  restored.load_weights(str(tmp_path / "trainer.weights.h5"))
+  np.testing.assert_array_equal(batcher.training_features.snapshot(), trainer.training_features.snapshot())
+  assert int(batcher.training_features.recorded_through.numpy()) == 4
+  for got, expected in zip(model.get_weights(), trainer.get_weights()):
+    np.testing.assert_array_equal(got, expected)

@@ -149,21 +149,24 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = 
   return factories[name]()
 
 
-def sampler_callbacks(batcher: tf_repulsive.RepulsiveBatcher,
-                      model_inputs: Any = None) -> list[keras.callbacks.Callback]:
+def sampler_callbacks(batcher: tf_repulsive.RepulsiveBatcher, model_inputs: Any = None,
+                      dataset: tf.data.Dataset | None = None,
+                      log_dir: str | pathlib.Path | None = None) -> list[keras.callbacks.Callback]:
   """The callbacks `fit` needs for `batcher`: the stream's start and the logs, and ActiveBias' history.
 
   Args:
     batcher: the `repulsive_batch` batcher whose stream feeds `fit`.
     model_inputs: for ActiveBias, the model inputs of the training examples when they are not the
       dataset's first element component (see `tf_repulsive.ActiveBiasCallback`).
+    dataset: what `fit` trains on, when it transforms the batcher's stream (checked now).
+    log_dir: the TensorBoard directory of the run, for the detail of the sampler's logs.
 
   Returns:
     The callbacks, to go before any that log (they add the sampler's values to the epoch logs).
   """
   # ActiveBiasCallback would start the stream by itself; AnnealingCallback stays for every sampler
   # so that all of them log the same values (the fallback count).
-  callbacks = [tf_repulsive.AnnealingCallback(batcher)]
+  callbacks = [tf_repulsive.AnnealingCallback(batcher, dataset=dataset, log_dir=log_dir)]
   if isinstance(batcher.sampler, tf_repulsive.ActiveBias):
     callbacks.append(tf_repulsive.ActiveBiasCallback(batcher, inputs=model_inputs))
   return callbacks

@@ -139,18 +139,24 @@ def service(output):
   except tf.errors.InvalidArgumentError as error:
     results["unstarted_error"] = np.array(error.message)
   # Keras with the callback on a shipped callback-started stream: the callback cannot move the
-  # start on the workers, and refuses it when fit begins, naming the fixed start.
+  # start on the workers. Given the dataset, it refuses it at once, naming the fixed start;
+  # without it, fit fails at the first batch.
   batcher = batcher_for(tf_repulsive.VanillaPDS(), start_step=None)
   callback = tf_repulsive.AnnealingCallback(batcher)
   shipped = dataset().apply(batcher).map(lambda x, y, index: (x, y)).apply(
       svc.distribute("distributed_epoch", dispatcher.target))
+  try:
+    tf_repulsive.AnnealingCallback(batcher, dataset=shipped)
+    results["keras_error"] = np.array("")
+  except ValueError as error:
+    results["keras_error"] = np.array(f"{type(error).__name__}: {error}")
   model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
   model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   try:
     model.fit(shipped, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[callback])
-    results["keras_error"] = np.array("")
+    results["keras_run_error"] = np.array("")
   except (ValueError, RuntimeError, tf.errors.InvalidArgumentError) as error:
-    results["keras_error"] = np.array(f"{type(error).__name__}: {error}")
+    results["keras_run_error"] = np.array(f"{type(error).__name__}: {error}")
   np.savez(output, **results)
   # The servers stop with the process, at once: an orderly stop of each (or their destructors, on
   # return) waits 15-20 s for the workers' tasks on a machine whose cores are busy.

@@ -308,20 +308,39 @@ def _event_tags(log_dir):
   return tags
 
 
-@pytest.mark.parametrize("tensorboard_first", [True, False])
-def test_tensorboard_gets_every_sampler_value_in_either_order(tmp_path, tensorboard_first):
+def test_tensorboard_gets_every_sampler_value_with_log_dir(tmp_path):
   x, y = _points()
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS(), seed=0)
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
-  tensorboard = keras.callbacks.TensorBoard(str(tmp_path))
-  annealing = tf_repulsive.AnnealingCallback(batcher)
-  callbacks = [tensorboard, annealing] if tensorboard_first else [annealing, tensorboard]
+  callbacks = [tf_repulsive.AnnealingCallback(batcher, log_dir=str(tmp_path)),
+               keras.callbacks.TensorBoard(str(tmp_path))]
   history = _model().fit(stream, epochs=2, steps_per_epoch=5, verbose=0, callbacks=callbacks)
   keys = {key for key in history.history if key.startswith("sampler_")}
   assert {"sampler_mingling", "sampler_pi_mingling", "sampler_fallback_batches", "sampler_pi_0",
           "sampler_mingling_5"} <= keys
   assert all(len(history.history[key]) == 2 for key in keys)
   assert {f"epoch_{key}" for key in keys} <= _event_tags(tmp_path)
+
+
+def test_a_custom_loop_gets_the_detail_in_logs_it_may_reuse():
+  x, y = _points()
+  batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS(), seed=0)
+  iterator = iter(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
+  model = _model()
+  callback = tf_repulsive.AnnealingCallback(batcher)
+  callback.set_model(model)
+  callback.set_params({"steps": 3, "epochs": 2})
+  callback.on_train_begin()
+  logs = {}
+  for epoch in range(2):
+    callback.on_epoch_begin(epoch)
+    for batch in range(3):
+      model.train_on_batch(*next(iterator))
+      callback.on_train_batch_end(batch)
+    # The same dict both epochs: the keys this callback wrote in the first are its own.
+    callback.on_epoch_end(epoch, logs)
+  assert {"sampler_mingling", "sampler_pi_0", "sampler_mingling_5"} <= set(logs)
+  np.testing.assert_allclose([logs[f"sampler_pi_{m}"] for m in range(6)], batcher.pi(5))
 
 
 def test_the_progress_bar_gets_the_summaries_and_history_the_detail(capsys):
@@ -375,10 +394,18 @@ def test_transformations_that_change_the_step_are_refused_before_training(transf
   x, y = _points()
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), seed=0)
   stream = transform(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher))
-  model = _model()
   with pytest.raises(ValueError, match=f"applies (a )?{named}.*before the batcher"):
-    model.fit(stream, steps_per_epoch=5, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
-  assert int(model.optimizer.iterations) == 0
+    tf_repulsive.AnnealingCallback(batcher, dataset=stream)
+
+
+def test_a_dataset_not_made_from_the_stream_is_refused():
+  x, y = _points()
+  batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), seed=0)
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  with pytest.raises(ValueError, match="not made from this batcher's stream"):
+    tf_repulsive.AnnealingCallback(batcher, dataset=tf.data.Dataset.from_tensor_slices((x, y)).batch(20))
+  with pytest.raises(TypeError, match="`dataset` must be the tf.data.Dataset"):
+    tf_repulsive.AnnealingCallback(batcher, dataset=(x, y))
 
 
 def test_map_prefetch_take_repeat_after_the_batcher_train_on_the_draws():
@@ -388,5 +415,6 @@ def test_map_prefetch_take_repeat_after_the_batcher_train_on_the_draws():
             .map(lambda v, label: (2.0 * v, label)).prefetch(2).take(100).repeat())
   assert batcher.transformations_after(stream) == ["Map", "Prefetch", "Take", "Repeat"]
   model = _model()
-  model.fit(stream, epochs=2, steps_per_epoch=5, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
+  model.fit(stream, epochs=2, steps_per_epoch=5, verbose=0,
+            callbacks=[tf_repulsive.AnnealingCallback(batcher, dataset=stream)])
   assert int(model.optimizer.iterations) == 10

@@ -115,6 +115,9 @@ def test_service_refuses_a_stream_whose_start_it_cannot_know(service_results):
   assert str(service_results["keras_error"]).startswith(
       "ValueError: fit reads its batches from tf.data service workers, where this callback cannot start")
   assert "build the batcher with start_step=" in str(service_results["keras_error"])
+  # Without the dataset, fit fails at its first batch, naming the fixed start too.
+  run_error = str(service_results["keras_run_error"])
+  assert "tf.data service workers" in run_error and "start_step=<the optimizer" in run_error, run_error
 
 
 def test_multi_worker_shards_are_disjoint_and_make_the_global_draw(private_network, tmp_path):

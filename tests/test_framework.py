@@ -15,7 +15,6 @@ import tensorflow as tf
 import tf_repulsive
 from tf_repulsive import _dataset_graph
 from tf_repulsive import _framework
-from tf_repulsive import _keras_frames
 from tf_repulsive import _stream_ops
 
 
@@ -66,8 +65,6 @@ def test_an_untested_release_fails_at_the_first_stream_naming_the_tested_range(f
     _points().apply(batcher)
   with pytest.raises(_framework.UntestedFrameworkError, match=_framework.UNTESTED_ENVIRONMENT_VARIABLE):
     _dataset_graph.read_from_service(_points())
-  with pytest.raises(_framework.UntestedFrameworkError):
-    _keras_frames.fit_input()
   # The user's way out: try the release anyway.
   monkeypatch.setenv(_framework.UNTESTED_ENVIRONMENT_VARIABLE, "1")
   _framework.check_tested.cache_clear()

@@ -284,14 +284,14 @@ def test_fit_refuses_several_workers_and_tf_data_service(monkeypatch):
   callback.set_params({"steps": 10})
   with pytest.raises(ValueError, match="2 workers.*one worker"):
     callback.on_train_begin()
-  # A stream read from tf.data service workers (as `_dataset_graph` finds one in the fit input),
+  # A stream read from tf.data service workers (as `_dataset_graph` finds one in the dataset given),
   # with the fixed start that service needs.
   fixed_start = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(), seed=SEED, start_step=0, features=space,
                                              options=tf_repulsive.BatcherOptions(verbose=False))
   stream = tf.data.Dataset.from_tensor_slices((x, y)).apply(fixed_start)
   monkeypatch.setattr(_dataset_graph, "read_from_service", lambda dataset: True)
   with pytest.raises(ValueError, match="service workers.*a ModelSpace.s features"):
-    model.fit(stream, steps_per_epoch=10, verbose=0, callbacks=[tf_repulsive.BatchStreamCallback(fixed_start)])
+    tf_repulsive.BatchStreamCallback(fixed_start, dataset=stream)
 
 
 class _CountingEmbedding(tf_repulsive.EmbeddingFeatures):

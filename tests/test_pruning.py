@@ -376,4 +376,4 @@ def test_fit_of_the_model_itself_a_list_of_losses_or_a_service_stream_is_refused
   trainer.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   monkeypatch.setattr(_dataset_graph, "read_from_service", lambda dataset: True)
   with pytest.raises(ValueError, match="service workers.*recorded losses"):
-    trainer.fit(stream, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[tf_repulsive.BatchStreamCallback(fixed)])
+    tf_repulsive.BatchStreamCallback(fixed, dataset=stream)

@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from tf_repulsive import _active_bias
 from tf_repulsive import _dataset_graph
-from tf_repulsive import _keras_frames
 from tf_repulsive import _pipeline
 from tf_repulsive import _recording
 
@@ -38,13 +37,18 @@ class BatchStreamCallback(keras.callbacks.Callback):
   deliver one batch unstarted, what Keras takes under a distribution strategy to build the model
   before any callback runs (see `RepulsiveBatcher.allow_build_probe`).
 
-  When `fit` begins it refuses a dataset that transforms the batcher's stream in a way that
-  changes which draw a step trains on (`shuffle`, `filter`, `skip`, `batch`, `unbatch`,
-  `cache` ... after the batcher; `map`, `prefetch`, `take`, `repeat` and `zip` are fine), and
-  logging callbacks of two batchers with one `name`. After each epoch's
-  first batch it checks that the stream began where it must, and raises if not: a stream running
-  out of the callback's reach (such as on tf.data service workers), a fixed `start_step` that
-  does not match the optimizer, or a fixed-start stream that `fit` began again for a later epoch.
+  Give it the dataset `fit` trains on as `dataset` when that is not the batcher's stream itself.
+  It then refuses, when constructed, a dataset that transforms the stream in a way that changes
+  which draw a step trains on (`shuffle`, `filter`, `skip`, `batch`, `unbatch`, `cache` ...
+  after the batcher; `map`, `prefetch`, `take`, `repeat` and `zip` are fine), and a stream read
+  from tf.data service workers that it could not start or that draws on what this process's
+  training computes. Logging callbacks of two batchers with one `name` fail at the first
+  epoch's end.
+
+  After each epoch's first batch it checks that the stream began where it must, and raises if
+  not: a stream running out of the callback's reach (such as on tf.data service workers), a
+  fixed `start_step` that does not match the optimizer, or a fixed-start stream that `fit` began
+  again for a later epoch.
   Then and at the epoch's end it also checks that the stream drawn here delivered every step
   trained (a transformation it could not see that replays or splits batches).
 
@@ -63,6 +67,8 @@ class BatchStreamCallback(keras.callbacks.Callback):
     batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
     name: what this callback's log keys start with. Callbacks of two batchers in one `fit` need
       two names.
+    dataset: the dataset given to `fit`, when it transforms the batcher's stream (`map`,
+      `prefetch`, tf.data service ...), to be checked now. None: `fit` trains on the stream.
 
   Example (a second `fit` continues the stream at the optimizer's step):
 
@@ -80,14 +86,13 @@ class BatchStreamCallback(keras.callbacks.Callback):
   (10, 20)
 
   Raises:
-    TypeError: if `batcher` is not a `RepulsiveBatcher`.
-    ValueError: for a `name` that is not a log key prefix.
+    TypeError: if `batcher` is not a `RepulsiveBatcher`, or `dataset` not a `tf.data.Dataset`.
+    ValueError: for a `name` that is not a log key prefix, or a `dataset` that is not made from
+      the batcher's stream or transforms it as above.
   """
 
-  # Whether this callback writes log keys (two such callbacks need two names).
-  _logs_under_name = False
-
-  def __init__(self, batcher: _pipeline.RepulsiveBatcher, name: str = "sampler"):
+  def __init__(self, batcher: _pipeline.RepulsiveBatcher, name: str = "sampler",
+               dataset: tf.data.Dataset | None = None):
     super().__init__()
     if not isinstance(batcher, _pipeline.RepulsiveBatcher):
       raise TypeError(
@@ -106,17 +111,15 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._start_checked = False
     self._drawn_here = False  # whether the stream of this fit began in this process
     self._refresh_seconds = 0.0  # in this epoch
-    # The callbacks of the running fit, when Keras' CallbackList runs this one.
-    self._fit_callbacks: list[keras.callbacks.Callback] = []
+    # The values this callback last put into the logs, by key: a key found in the logs with
+    # another value came from another callback.
+    self._logged: dict[str, object] = {}
+    if dataset is not None:
+      self._check_dataset(dataset)
     batcher.allow_build_probe()
 
   def _optimizer_step(self) -> int:
     return int(np.asarray(self.model.optimizer.iterations))
-
-  def _logs_names(self) -> bool:
-    """Whether this callback writes log keys under its name."""
-    return (self._logs_under_name or self._batcher.model_space is not None
-            or self._batcher.drawer.learns_from_losses)
 
   def on_train_begin(self, logs=None):
     if self.params.get("steps") is None:
@@ -136,24 +139,6 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "strategy.distribute_datasets_from_function(lambda context: "
           "dataset.apply(batcher.per_replica(context))): each worker then takes its replicas' "
           "slices of every global draw.")
-    callbacks = _keras_frames.callback_list()
-    self._fit_callbacks = [] if callbacks is None else list(callbacks.callbacks)
-    self._check_log_names()
-    fit_input = _keras_frames.fit_input()
-    if self._batcher.start_step is None and isinstance(fit_input, tf.data.Dataset) and \
-        _dataset_graph.read_from_service(fit_input):
-      raise ValueError(
-          "fit reads its batches from tf.data service workers, where this callback cannot start the "
-          "stream (the workers run their own copy of the batcher): build the batcher with "
-          "start_step=<the optimizer's step> (0 for a new model, int(model.optimizer.iterations) to "
-          "continue) before distributing its stream.")
-    follows_training = self._batcher.model_space is not None or self._batcher.drawer.learns_from_losses
-    if follows_training and isinstance(fit_input, tf.data.Dataset) and _dataset_graph.read_from_service(fit_input):
-      raise ValueError(
-          "fit reads its batches from tf.data service workers, and this batcher draws on what the training in this "
-          "process computes (a ModelSpace's features, or recorded losses): the workers' copies of the stream cannot "
-          "receive them. Train it without tf.data service.")
-    self._check_transformations(fit_input)
     self._epochs_begun = 0
     self._streams_checked = self._batcher.stats().streams
     self._start_checked = False
@@ -191,21 +176,42 @@ class BatchStreamCallback(keras.callbacks.Callback):
     if self._batcher.model_space is not None:
       self._refresh_seconds += self._batcher.refresh_features(step)
 
-  def _check_log_names(self) -> None:
-    """Refuses another logging callback of this fit, for another batcher, with this callback's name."""
-    if not self._logs_names():
+  def _log(self, logs: dict | None, values: dict[str, float]) -> None:
+    """Puts `values` into `logs`; refuses a key that another callback put there (another batcher's, same name)."""
+    if logs is None:
       return
-    for other in self._fit_callbacks:
-      if (isinstance(other, BatchStreamCallback) and other._logs_names()  # pylint: disable=protected-access
-          and other._batcher is not self._batcher and other.name == self.name):  # pylint: disable=protected-access
-        raise ValueError(
-            f"fit has tf_repulsive callbacks for two batchers named {self.name!r}: their log "
-            "keys would collide. Give the callbacks distinct names, "
-            "AnnealingCallback(batcher, name=\"train\").")
+    taken = sorted(key for key in values if key in logs and logs[key] is not self._logged.get(key))
+    if taken:
+      raise ValueError(
+          f"the epoch logs already hold {taken[0]!r}: fit has tf_repulsive callbacks for two batchers named "
+          f"{self.name!r}, and their log keys would collide. Give the callbacks distinct names, "
+          "AnnealingCallback(batcher, name=\"train\").")
+    logs.update(values)
+    self._logged.update(values)
 
-  def _check_transformations(self, dataset) -> None:
-    """Refuses transformations after the batcher that change the draw a step trains on."""
+  def _check_dataset(self, dataset) -> None:
+    """Refuses a `dataset` for fit that is not this batcher's stream, transformed so that step n trains on draw n."""
+    if not isinstance(dataset, tf.data.Dataset):
+      raise TypeError(f"`dataset` must be the tf.data.Dataset given to fit, or None; got {dataset!r}.")
+    # (The walk back to the stream ends at a tf.data service read: the workers hold the rest.)
+    if _dataset_graph.read_from_service(dataset):
+      if self._batcher.start_step is None:
+        raise ValueError(
+            "fit reads its batches from tf.data service workers, where this callback cannot start the "
+            "stream (the workers run their own copy of the batcher): build the batcher with "
+            "start_step=<the optimizer's step> (0 for a new model, int(model.optimizer.iterations) to "
+            "continue) before distributing its stream.")
+      if self._batcher.model_space is not None or self._batcher.drawer.learns_from_losses:
+        raise ValueError(
+            "fit reads its batches from tf.data service workers, and this batcher draws on what the training in "
+            "this process computes (a ModelSpace's features, or recorded losses): the workers' copies of the "
+            "stream cannot receive them. Train it without tf.data service.")
+      return
     kinds = self._batcher.transformations_after(dataset)
+    if kinds is None:
+      raise ValueError(
+          "`dataset` is not made from this batcher's stream: give the callback the dataset fit trains on, "
+          "ds.apply(batcher) and what follows it.")
     if not kinds:
       return
     changing, unknown = _dataset_graph.step_changing(kinds)
@@ -293,12 +299,11 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   def on_epoch_end(self, epoch, logs=None):
     self._check_delivered()
-    if self._batcher.model_space is not None and logs is not None:
-      logs[f"{self.name}_refresh_seconds"] = self._refresh_seconds
+    if self._batcher.model_space is not None:
+      self._log(logs, {f"{self.name}_refresh_seconds": self._refresh_seconds})
     if self._batcher.drawer.learns_from_losses:
       self._batcher.drawer.check_recorded()
-      if logs is not None:
-        logs.update(_recording.epoch_logs(self._batcher, self.name))
+      self._log(logs, _recording.epoch_logs(self._batcher, self.name))
 
   def _check_delivered(self) -> None:
     """Raises if fit trained a step the stream has not delivered: its batch came from elsewhere."""
@@ -336,9 +341,11 @@ class AnnealingCallback(BatchStreamCallback):
   gets the same keys under its groups' name: their mean level instead of the mean mingling index.
 
   The three summaries go into the epoch logs, so the progress bar, `History`, `TensorBoard` and
-  any other callback see them. The detail goes to `History` (`fit`'s return value) and to every
-  `keras.callbacks.TensorBoard` of the `fit` (as ``epoch_<key>`` in its "train" run), written by this
-  callback: the progress bar stays readable, and the order of the callbacks does not matter. With
+  any other callback after this one see them. The detail goes to `History` (`fit`'s return
+  value), and with `log_dir` to TensorBoard (as ``epoch_<key>`` in its "train" run): the
+  progress bar stays readable. Give `log_dir` the directory of your `keras.callbacks.TensorBoard`
+  and list this callback before it. Outside `fit` (a custom loop's own calls, with no `History`
+  on the model) the logs get the detail too. With
   `log_batches=True` every batch's logs get the summaries of that batch as well (for TensorBoard
   with `update_freq="batch"`).
 
@@ -351,6 +358,9 @@ class AnnealingCallback(BatchStreamCallback):
     batcher: what `tf_repulsive.repulsive_batch(...)` returned, applied to the training data.
     log_batches: also log every batch's summaries.
     name: what the log keys start with. Callbacks of two batchers in one `fit` need two names.
+    dataset: the dataset given to `fit`, when it transforms the batcher's stream (see
+      `BatchStreamCallback`).
+    log_dir: a TensorBoard log directory for the detail, or None.
 
   Example:
 
@@ -371,39 +381,37 @@ class AnnealingCallback(BatchStreamCallback):
     ValueError: for a `name` that is not a log key prefix.
   """
 
-  _logs_under_name = True
-
-  def __init__(self, batcher: _pipeline.RepulsiveBatcher, log_batches: bool = False, name: str = "sampler"):
-    super().__init__(batcher, name)
+  def __init__(self, batcher: _pipeline.RepulsiveBatcher, log_batches: bool = False, name: str = "sampler",
+               dataset: tf.data.Dataset | None = None, log_dir: str | os.PathLike | None = None):
+    super().__init__(batcher, name, dataset)
     if not isinstance(log_batches, bool):
       raise TypeError(f"`log_batches` must be True or False; got {log_batches!r}.")
+    if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+      raise TypeError(f"`log_dir` must be a TensorBoard log directory (a path) or None; got {log_dir!r}.")
+    self._log_dir = log_dir
     self._log_batches = log_batches
     self._epoch_record: np.ndarray | None = None
     self._read_to = 0
     self._unseen_steps = 0
     self._warned_unseen = False  # in this fit
-    # Per TensorBoard callback of the fit: our writer into its "train" run, and whether it runs
-    # before this callback (and so misses the summaries in the logs).
-    self._tensorboards: list[tuple[tf.summary.SummaryWriter, bool]] = []
+    # The writer into `log_dir`'s "train" run, while a fit runs.
+    self._writer: tf.summary.SummaryWriter | None = None
 
   def on_train_begin(self, logs=None):
     super().on_train_begin(logs)
     self._warned_unseen = False
-    self._close_writers()
-    mine = self._fit_callbacks.index(self) if self in self._fit_callbacks else 0
-    self._tensorboards = [
-        (tf.summary.create_file_writer(os.path.join(callback.log_dir, "train")), position < mine)
-        for position, callback in enumerate(self._fit_callbacks)
-        if isinstance(callback, keras.callbacks.TensorBoard)]
+    self._close_writer()
+    if self._log_dir is not None:
+      self._writer = tf.summary.create_file_writer(os.path.join(self._log_dir, "train"))
 
   def on_train_end(self, logs=None):
     super().on_train_end(logs)
-    self._close_writers()
+    self._close_writer()
 
-  def _close_writers(self) -> None:
-    for writer, _ in self._tensorboards:
-      writer.close()
-    self._tensorboards = []
+  def _close_writer(self) -> None:
+    if self._writer is not None:
+      self._writer.close()
+    self._writer = None
 
   def on_epoch_begin(self, epoch, logs=None):
     super().on_epoch_begin(epoch, logs)
@@ -423,7 +431,7 @@ class AnnealingCallback(BatchStreamCallback):
     if self._log_batches and logs is not None:
       trained_to = self._optimizer_step()
       rows, found = self._batcher._recorded([trained_to - 1], redraw_at_most=0)  # pylint: disable=protected-access
-      logs.update(self._summaries(trained_to - 1, _summed(rows) if found[0] else None)[0])
+      self._log(logs, self._summaries(trained_to - 1, _summed(rows) if found[0] else None)[0])
 
   def _read_record(self, end: int) -> None:
     """Adds the record of the steps from `_read_to` to `end` to the epoch's."""
@@ -449,22 +457,19 @@ class AnnealingCallback(BatchStreamCallback):
           "batcher.group_mixes(steps) and batcher.fallback_counts(steps) recompute them, a draw per step.",
           RuntimeWarning, stacklevel=2)
     summaries, detail = self._summaries(end - 1, None if self._unseen_steps else self._epoch_record)
-    if not self._fit_callbacks:
-      # Called outside fit's callback list (a custom loop's own calls): the logs get everything.
-      if logs is not None:
-        logs.update(summaries | detail)
-      return
-    if logs is not None:
-      logs.update(summaries)
+    # fit puts its History on the model when it starts.
     history = getattr(self.model, "history", None)
-    if isinstance(history, keras.callbacks.History):
-      for key, value in detail.items():
-        history.history.setdefault(key, []).append(value)
-    for writer, before_this in self._tensorboards:
-      with writer.as_default():
-        for key, value in (summaries | detail if before_this else detail).items():
+    if not isinstance(history, keras.callbacks.History):
+      self._log(logs, summaries | detail)
+      return
+    self._log(logs, summaries)
+    for key, value in detail.items():
+      history.history.setdefault(key, []).append(value)
+    if self._writer is not None:
+      with self._writer.as_default():
+        for key, value in detail.items():
           tf.summary.scalar(f"epoch_{key}", value, step=epoch)
-      writer.flush()
+      self._writer.flush()
 
   def _summaries(self, last_step: int, record: np.ndarray | None) -> tuple[dict[str, float], dict[str, float]]:
     """The summaries and the detail as log keys: pi at `last_step`, and those of `record` if given.
@@ -523,6 +528,8 @@ class ActiveBiasCallback(BatchStreamCallback):
       when the pipeline transforms batches after sampling (feature extraction, augmentation),
       so that the stored elements are not what the model takes.
     name: what the log keys start with.
+    dataset: the dataset given to `fit`, when it transforms the batcher's stream (see
+      `BatchStreamCallback`).
 
   Example:
 
@@ -544,11 +551,10 @@ class ActiveBiasCallback(BatchStreamCallback):
     ValueError: if the batcher has a fixed `start_step`.
   """
 
-  _logs_under_name = True
-
   def __init__(self, batcher: _pipeline.RepulsiveBatcher, from_logits: bool = True, batch_size: int = 1024,
-               inputs: np.ndarray | tf.Tensor | None = None, name: str = "sampler"):
-    super().__init__(batcher, name)
+               inputs: np.ndarray | tf.Tensor | None = None, name: str = "sampler",
+               dataset: tf.data.Dataset | None = None):
+    super().__init__(batcher, name, dataset)
     if not isinstance(batcher.sampler, _active_bias.ActiveBias):
       raise TypeError(f"`batcher` must sample with ActiveBias(); it samples with {batcher.sampler!r}.")
     if batcher.start_step is not None:
@@ -600,6 +606,5 @@ class ActiveBiasCallback(BatchStreamCallback):
     if int(state.epochs.numpy()) >= self._batcher.sampler.warmup_epochs:
       state.weights.assign(_active_bias.prediction_variance_weights(
           state.count.numpy(), state.total.numpy(), state.total_sq.numpy(), self._batcher.sampler.smoothness))
-    if logs is not None:
-      weights = state.weights.numpy()
-      logs[f"{self.name}_max_probability"] = float(weights.max() / weights.sum())
+    weights = state.weights.numpy()
+    self._log(logs, {f"{self.name}_max_probability": float(weights.max() / weights.sum())})

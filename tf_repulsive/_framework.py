@@ -1,8 +1,8 @@
 """The TensorFlow and Keras releases the package is tested on, and the guard on their internals.
 
-Three modules read what TensorFlow and Keras do not promise to keep: `_stream_ops` builds
-dataset ops from TensorFlow's private constructors, `_dataset_graph` reads a dataset's private
-structure, and `_keras_frames` reads the Python frames of `fit`. A release outside the tested
+Two modules read what TensorFlow does not promise to keep: `_stream_ops` builds dataset ops
+from TensorFlow's private constructors, and `_dataset_graph` reads a dataset's private
+structure. A release outside the tested
 range may have moved any of them. So their first use checks the installed versions, and fails
 with an error that names the tested ones, instead of failing (or silently checking nothing)
 deep inside a pipeline. `import tf_repulsive` itself never fails on a version.

@@ -25,7 +25,8 @@ _NO_START_MESSAGE = (
     "one. In model.fit add tf_repulsive.AnnealingCallback(batcher) to the callbacks (it starts every "
     "stream at the optimizer's step, also when training resumes). In a custom training loop call "
     "batcher.start_at(int(optimizer.iterations)) before each new iterator, e.g. before each epoch's "
-    "`for batch in stream.take(batcher.steps_per_epoch)`.")
+    "`for batch in stream.take(batcher.steps_per_epoch)`. On tf.data service workers no callback can "
+    "start the stream: build the batcher with start_step=<the optimizer's step> before distributing it.")
 # A probe stream asked for its second batch. Under a distribution strategy this is logged at every
 # fit, by the prefetch of the stream Keras drops, so the message says when it is harmless.
 _PROBE_ENDED_MESSAGE = (
@@ -34,7 +35,8 @@ _PROBE_ENDED_MESSAGE = (
     "any callback runs. Logged while training goes on, this is the prefetch of that dropped stream, "
     "and harmless. If it stops training, the stream that trains was never started: add "
     "tf_repulsive.AnnealingCallback(batcher) (or BatchStreamCallback) to fit's callbacks, or in a "
-    "custom training loop call batcher.start_at(int(optimizer.iterations)) before each new iterator.")
+    "custom training loop call batcher.start_at(int(optimizer.iterations)) before each new iterator. On tf.data "
+    "service workers no callback can start the stream: build the batcher with start_step=<the optimizer's step>.")
 _BEGUN_AGAIN_MESSAGE = (
     "repulsive_batch: a new stream of this batcher began at its fixed start_step, after an earlier "
     "stream in this process delivered the batches of later steps: it would hand out those steps' "

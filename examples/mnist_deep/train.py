@@ -296,7 +296,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
               shuffle=False, verbose=verbose,
               # The evaluation first: the time of step n's evaluation leaves out the refresh that
               # serves the steps after n.
-              callbacks=[evaluation, *common.sampler_callbacks(batcher),
+              callbacks=[evaluation, *common.sampler_callbacks(batcher, log_dir=workdir / "tensorboard"),
                          keras.callbacks.TensorBoard(str(workdir / "tensorboard"))])
   curve = [common.with_errors(row) for row in evaluation.history]
   common.plot_curve([row["step"] for row in curve], [row["test_error"] for row in curve], workdir / "eval.png",

@@ -279,7 +279,8 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                   validation,
                   # Before TensorBoard, which then logs the pi and mingling mix it adds.
                   # ActiveBias records its prediction history on the clean clips' MFCCs.
-                  *common.sampler_callbacks(batcher, model_inputs=train_features),
+                  *common.sampler_callbacks(batcher, model_inputs=train_features, dataset=train,
+                                            log_dir=workdir / "tensorboard"),
                   _StopAtStep(config.total_steps),
                   keras.callbacks.TensorBoard(workdir / "tensorboard"),
               ])

@@ -185,9 +185,9 @@ def test_anneal_starts_easy_then_follows_h(digits):
   mean_index = np.arange(6) / 5
   for step, logs in recorder.batch_logs:
     assert logs["sampler_mingling"] == pytest.approx(mixes[step] @ mean_index)
-    assert logs["sampler_pi_mingling"] == pytest.approx(tf_repulsive.anneal_pi(h, step) @ mean_index)
+    assert logs["sampler_pi_mingling"] == pytest.approx(tf_repulsive.paper_schedule(h, step).numpy() @ mean_index)
   for step in (0, 1, 50, 172, 215):
-    np.testing.assert_allclose(batcher.pi(step), tf_repulsive.anneal_pi(h, step), atol=1e-12)
+    np.testing.assert_allclose(batcher.pi(step), tf_repulsive.paper_schedule(h, step).numpy(), atol=1e-12)
   early = np.mean([mixes[step] for step in range(10)], axis=0)
   late = np.mean([mixes[step] for step in range(150, 216)], axis=0)
   assert early[0] == 1.0  # only easy points in the first batches

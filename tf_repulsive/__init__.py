@@ -43,7 +43,6 @@ from tf_repulsive._samplers import DensePDS
 from tf_repulsive._samplers import EasyPDS
 from tf_repulsive._samplers import Uniform
 from tf_repulsive._samplers import VanillaPDS
-from tf_repulsive._schedule import anneal_pi
 from tf_repulsive._schedule import Schedule
 from tf_repulsive._schedule import paper_schedule
 
@@ -85,7 +84,6 @@ __all__ = (
     "Schedule",
     "Uniform",
     "VanillaPDS",
-    "anneal_pi",
     "compute_features",
     "diagnostics",
     "mingling_index",
@@ -97,6 +95,7 @@ __all__ = (
 _REMOVED = {
     "ModelFeatures": "the contract for features computed from a model is tf_repulsive.FeatureSource",
     "model_features": "the features of a model for a dataset come from tf_repulsive.compute_features",
+    "anneal_pi": "the schedule is tf_repulsive.paper_schedule(h, n), which takes arrays too (.numpy() for one)",
 }
 
 

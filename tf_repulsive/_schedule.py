@@ -14,20 +14,38 @@ from tf_repulsive import _checks
 Schedule = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 
-def paper_schedule(h: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
-  """pi_n = normalise(h ** (1 / log(0.01 n + 1))), in TensorFlow ops (graph-safe).
+def paper_schedule(h, n) -> tf.Tensor:
+  """The paper's annealed mingling distribution: pi_n = normalise(h ** (1 / log(0.01 n + 1))).
 
-  The exponent grows without bound as n -> 0, so the n = 0 limit is the uniform distribution over
-  the most frequent mingling value(s). At n = 100 (e - 1) ≈ 172 the exponent is 1 and pi = h; later
-  the exponent falls towards 0 and pi flattens towards uniform over the values that occur.
+  TensorFlow ops, so it runs inside the stream's graph as `AnnealPDS`'s default `schedule`, and
+  eagerly on arrays (`.numpy()` for the array). The exponent grows without bound as n -> 0, so
+  the n = 0 limit is the uniform distribution over the most frequent mingling value(s). At
+  n = 100 (e - 1) ≈ 172 the exponent is 1 and pi = h; later the exponent falls towards 0 and pi
+  flattens towards uniform over the values that occur.
 
   Args:
-    h: `[K + 1]` float64 histogram of mingling values, non-negative, positive sum.
-    n: int64 scalar, the global step (>= 0).
+    h: `[K + 1]` histogram (counts or frequencies) of mingling values: non-negative, with a
+      positive sum.
+    n: the global step, an int >= 0 (an int64 scalar tensor in a graph).
 
   Returns:
     `[K + 1]` float64 tensor summing to 1, zero wherever h is zero.
+
+  Raises:
+    ValueError: for an `h` given as an array that is not 1-D, has negative or non-finite
+      entries or sums to zero, or an `n` < 0.
+    TypeError: for an `n` that is neither an int nor a tensor.
+
+  Example:
+
+  >>> import tf_repulsive
+  >>> tf_repulsive.paper_schedule([0.6, 0.3, 0.1], 0).numpy().tolist()
+  [1.0, 0.0, 0.0]
   """
+  if not isinstance(h, tf.Tensor):
+    h = validate_histogram(h, "h")
+  if not isinstance(n, tf.Tensor):
+    n = _checks.integer(n, "n", 0)
   h = tf.convert_to_tensor(h, tf.float64)
   n = tf.cast(n, tf.float64)
   log_h = tf.math.log(h)  # -inf where h == 0: those values keep probability 0.
@@ -36,25 +54,6 @@ def paper_schedule(h: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
   is_mode = tf.cast(tf.equal(h, tf.reduce_max(h)), tf.float64)
   limit = is_mode / tf.reduce_sum(is_mode)
   return tf.where(n > 0.0, annealed, limit)
-
-
-def anneal_pi(h: np.ndarray, n: int) -> np.ndarray:
-  """The paper's annealed mingling distribution pi_n for histogram `h` at iteration `n`.
-
-  Args:
-    h: `[K + 1]` histogram (counts or frequencies) of mingling values; normalised here.
-    n: the iteration, an int >= 0.
-
-  Returns:
-    `[K + 1]` float64 numpy array summing to 1.
-
-  Raises:
-    ValueError: if `h` is not 1-D, has negative or non-finite entries or sums to zero, or `n` < 0.
-    TypeError: if `n` is not an int.
-  """
-  h = validate_histogram(h, "h")
-  n = _checks.integer(n, "n", 0)
-  return paper_schedule(tf.constant(h), tf.constant(n, tf.int64)).numpy()
 
 
 def validate_histogram(values, name: str) -> np.ndarray:

@@ -28,9 +28,6 @@ from tf_repulsive import _reading
 from tf_repulsive import _refresh
 from tf_repulsive import _training_features
 
-# The most steps one draw may cover; a `ModelSpace` stream draws one step at a time.
-_MOST_STEPS_PER_DRAW = 16
-
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Config:
@@ -75,8 +72,6 @@ class Built:
       self.weights = _inclusion_weights.InclusionWeights(config.inclusion_weights, config.seed,
                                                          refreshable=refresher is not None, verbose=options.verbose)
       self.weights.install(config.sampler, drawer, self.num_points, config.batch_size)
-    # The stream `apply` returned (weakly: the stream holds the pipeline, not the other way round).
-    self.stream: Callable[[], tf.data.Dataset | None] = lambda: None
     traced_draw = drawer.traced_draw()
     # A partial, not a lambda: TensorFlow counts traces per code object, and would call one trace
     # per batcher "retracing" after a few batchers.
@@ -143,12 +138,12 @@ def build(config: Config, dataset: tf.data.Dataset) -> Built:
     # stream draws on is installed later, by `refresh_features`.
     build_features = _model_space.compute(space, data.elements)
     drawer = _refresh.refuse_unrefreshable(sampler, build_drawer(config, build_features, data.labels))
-    built = Built(config, drawer, data, _refresh.FeatureRefresher(space, data.elements, build_features))
+    training = None
     if space.from_training_step:
-      assert built.refresher is not None
       _, source_labels = _model_space.model_inputs(data.elements, space.source)
-      built.refresher.training = _training_features.TrainingFeatures(
+      training = _training_features.TrainingFeatures(
           space, build_features, None if source_labels is None else np.asarray(source_labels), config.batch_size)
+    built = Built(config, drawer, data, _refresh.FeatureRefresher(space, data.elements, build_features, training))
   _check_drawer_needs(built.drawer, config, dataset.element_spec)
   # Traces the draw (the stream copies that trace in) and checks the fill at step 0.
   _warn_if_first_batch_needs_the_fill(built)
@@ -183,7 +178,8 @@ def build_drawer(config: Config, features: np.ndarray, labels: np.ndarray | None
       # its lookups save in R steps.
       distance_cache_bytes=config.options.distance_cache_bytes if config.space is None else 0,
       verbose=config.options.verbose,
-      max_steps_per_draw=_MOST_STEPS_PER_DRAW if config.space is None else 1), previous)
+      # A `ModelSpace` stream draws one step at a time.
+      max_steps_per_draw=_contract.MOST_STEPS_PER_DRAW if config.space is None else 1), previous)
 
 
 def _no_input_features(*components: Any) -> tf.Tensor:

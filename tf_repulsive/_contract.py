@@ -20,6 +20,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import tensorflow as tf
 
+# The most steps one draw may cover: past it, a draw's ops have enough work per step.
+MOST_STEPS_PER_DRAW = 16
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingContext:
@@ -42,7 +45,7 @@ class SamplingContext:
   batch_size: int
   distance_cache_bytes: int
   verbose: bool = False
-  max_steps_per_draw: int = 16
+  max_steps_per_draw: int = MOST_STEPS_PER_DRAW
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -213,12 +213,12 @@ class DrawConfig:
 
 
 def _steps_per_draw(batch_size: int, most: int, step_rows: int) -> int:
-  """S: a power of two up to `most` (and 16) with S * k <= `step_rows`, or 1.
+  """S: a power of two up to `most` with S * k <= `step_rows`, or 1.
 
   The per-op cost of TensorFlow is paid once per draw, so small batches share a draw; large ones
   already give each op enough work.
   """
-  return min(2 ** min(4, max(0, (step_rows // batch_size).bit_length() - 1)), most)
+  return min(2 ** max(0, (step_rows // batch_size).bit_length() - 1), most)
 
 
 def _aligned(count: int) -> int:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-from typing import Callable
+import types
+from typing import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -20,7 +21,9 @@ import tensorflow as tf
 from tf_repulsive import _dart_inclusion
 from tf_repulsive import _dart_state
 from tf_repulsive import _stream_ops
+from tf_repulsive._contract import MOST_STEPS_PER_DRAW
 from tf_repulsive._contract import BatchDrawer
+from tf_repulsive._contract import PointGroups
 from tf_repulsive._dart_config import DartPlan
 from tf_repulsive._dart_config import DartTuning
 from tf_repulsive._dart_config import DrawConfig
@@ -34,7 +37,7 @@ class DartThrower(BatchDrawer):
   """Draws the indices of mini-batches as a pure function of a stateless key and the steps."""
 
   def __init__(self, features: np.ndarray, plan: DartPlan, batch_size: int, distance_cache_bytes: int = 0,
-               verbose: bool = False, max_steps_per_draw: int = 16, tuning: DartTuning = DartTuning(),
+               verbose: bool = False, max_steps_per_draw: int = MOST_STEPS_PER_DRAW, tuning: DartTuning = DartTuning(),
                traces: DrawTraces = DEFAULT_TRACES):
     """Prepares the per-dataset tensors once.
 
@@ -134,6 +137,13 @@ class DartThrower(BatchDrawer):
     scaled = copy.copy(self)
     scaled.radius_scale = float(radius_scale)
     return scaled
+
+  def described(self, report: Mapping[str, float], groups: PointGroups | None = None) -> DartThrower:
+    """This thrower with the `report` and `groups` its sampler gives it (shares all tensors)."""
+    described = copy.copy(self)
+    described.report = types.MappingProxyType(dict(report))
+    described.groups = groups
+    return described
 
   def pi(self, step: tf.Tensor) -> tf.Tensor | None:
     return None if self._plan.pi is None else self._plan.pi(self._state.value_histogram, step)

@@ -130,8 +130,7 @@ class Importance(Sampler):
                                    max_darts=dart_budget(self.max_darts, context.batch_size), point_weights=weights)
     thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
                                          verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
-    thrower.report = _report(weights, self.mixing)
-    return thrower
+    return thrower.described(_report(weights, self.mixing))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -229,7 +228,5 @@ class Marginals(Sampler):
                                    max_darts=dart_budget(self.max_darts, context.batch_size), point_weights=weights)
     thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
                                          verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw)
-    thrower.report = {**inner.report, "max_inclusion": float(np.max(probabilities)),
-                      "min_inclusion": float(np.min(probabilities))}
-    thrower.groups = inner.groups
-    return thrower
+    return thrower.described({**inner.report, "max_inclusion": float(np.max(probabilities)),
+                              "min_inclusion": float(np.min(probabilities))}, inner.groups)

@@ -67,11 +67,13 @@ class RepulsiveBatcher:
                                  options=options)
     self._start = _stream_start.StreamStart(start_step)
     self._built: _build.Built | None = None
+    self._stream: _stream.BatchStream | None = None
     self._per_replica_slices = False
 
   def __call__(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
     """The stream of global batches of `dataset` (what `Dataset.apply` calls)."""
-    return _stream.global_batches(self._build(dataset), self._start)
+    self._stream = _stream.BatchStream(self._build(dataset), self._start)
+    return self._stream.global_batches()
 
   def per_replica(self, input_context: tf.distribute.InputContext) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """The form of this batcher for `distribute_datasets_from_function`, given its `input_context`.
@@ -102,7 +104,8 @@ class RepulsiveBatcher:
             f"{type(self.sampler).__name__} draws on the losses this process records, and per_replica pipelines "
             "draw elsewhere: give the strategy the batcher's own stream (one worker).")
       self._per_replica_slices = True
-      return _stream.replica_slices(built, self._start, replicas, input_context.input_pipeline_id * local, local)
+      self._stream = _stream.BatchStream(built, self._start)
+      return self._stream.replica_slices(replicas, input_context.input_pipeline_id * local, local)
 
     return apply
 
@@ -303,7 +306,8 @@ class RepulsiveBatcher:
     E.g. `["Map", "Prefetch"]` for `ds.apply(batcher).map(f).prefetch(2)`; None if `dataset` is
     not made from the stream.
     """
-    stream = self._require_built().stream()
+    self._require_built()
+    stream = None if self._stream is None else self._stream.dataset()
     if stream is None or not isinstance(dataset, tf.data.Dataset):
       return None
     return _dataset_graph.transformations_between(dataset, stream)

@@ -35,10 +35,12 @@ class RecordingModel(keras.Model):
   Compile and fit this model instead of `model`: its weights are `model`'s, so `model` is the
   trained one afterwards (save and evaluate it as usual). Each training step records, for the
   elements of its batch:
-  - their unweighted losses, for `EpochPruning` and `RandomPruning`;
-  - their features, computed from the input and output of `model`'s last layer, for a
+
+  * their unweighted losses, for `EpochPruning` and `RandomPruning`;
+  * their features, computed from the input and output of `model`'s last layer, for a
     `ModelSpace(..., from_training_step=True)` batcher (`model` must then be that
     ModelSpace's Sequential or functional model).
+
   Evaluation and prediction record nothing. TensorFlow backend, one replica.
 
   Args:

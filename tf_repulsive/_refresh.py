@@ -30,13 +30,15 @@ class FeatureRefresher:
     space: the batcher's `ModelSpace`.
     elements: the materialised elements the features are computed from.
     build_features: the features the build computed, from the model as it was then.
+    training: the table of features from the training step (`ModelSpace.from_training_step`),
+      or None.
   """
 
-  def __init__(self, space: _model_space.ModelSpace, elements: Any, build_features: np.ndarray):
+  def __init__(self, space: _model_space.ModelSpace, elements: Any, build_features: np.ndarray,
+               training: _training_features.TrainingFeatures | None = None):
     self.space = space
     self._elements = elements
-    # The table of features from the training step (`ModelSpace.from_training_step`), set by the build.
-    self.training: _training_features.TrainingFeatures | None = None
+    self.training = training
     with tf.device("CPU:0"):
       self._version = tf.Variable(_model_space.NO_REFRESH, dtype=tf.int64, trainable=False)
     # The refresh installed, as `_version` holds it for the stream's draws.

@@ -78,14 +78,14 @@ class DiskSampler(Sampler):
       scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.batch_size,
                                          context.verbose)
       thrower = thrower.with_radius_scale(scale)
-    thrower.report = {"radius": radius * thrower.radius_scale, **({} if weighted is None else weighted[1])}
-    if mingling is not None:
-      thrower.report["mingling_agreement"] = mingling.agreement
-      if mingling.target_gap is not None:
-        thrower.report["target_gap"] = mingling.target_gap
-      thrower.groups = PointGroups(name="mingling", of_points=mingling.values,
-                                   levels=np.arange(mingling.neighbors + 1) / mingling.neighbors)
-    return thrower
+    report = {"radius": radius * thrower.radius_scale, **({} if weighted is None else weighted[1])}
+    if mingling is None:
+      return thrower.described(report)
+    report["mingling_agreement"] = mingling.agreement
+    if mingling.target_gap is not None:
+      report["target_gap"] = mingling.target_gap
+    return thrower.described(report, PointGroups(name="mingling", of_points=mingling.values,
+                                                 levels=np.arange(mingling.neighbors + 1) / mingling.neighbors))
 
   def _mingling(self, context: SamplingContext) -> _mingling.MinglingValues | None:
     del context

@@ -45,14 +45,14 @@ setuptools.setup(
         # mnist1d generates MNIST-1D offline from its templates (examples/mnist_deep, --dataset=mnist1d).
         "examples": ["matplotlib>=3.7", "tensorboard>=2.16", "absl-py>=1.4", "scikit-learn>=1.3", "mnist1d>=0.0.2"],
         # The test command also lints (ruff) and type-checks the package (mypy); see scripts/test.sh.
-        # hypothesis generates the element structures and compositions of tests/test_properties.py;
+        # hypothesis generates the element structures and compositions of tests/integration/test_properties.py;
         # the tests' fixtures use absl flags and scikit-learn datasets, as the examples they run do.
         # sphinx builds the docs site (docs/, warnings as errors) in scripts/test.sh; < 9.1: the versions checked.
         # myst-parser: the guide and results pages are Markdown, their tables and commands readable in the repo too.
         # pytest-xdist runs the suite on two processes (scripts/test.sh), one per core; pytest >= 9
         # ends a hung test's process (faulthandler_exit_on_timeout in pytest.ini).
         # tensorboard: the callbacks' tests write TensorBoard logs (TensorFlow 2.21 does not bring it).
-        # jax runs the tests of fit on Keras' JAX backend (tests/test_backends.py; the PyTorch backend
+        # jax runs the tests of fit on Keras' JAX backend (tests/integration/test_backends.py; the PyTorch backend
         # has its own environment, see scripts/setup_env.sh).
         "test": ["pytest>=9", "ruff>=0.5", "mypy>=1.10", "hypothesis>=6.100", "absl-py>=1.4", "tensorboard>=2.16",
                  "scikit-learn>=1.3", "sphinx>=7.2,<9.1", "myst-parser>=4",

@@ -24,7 +24,7 @@ CASES = {
     "1M x 64, VanillaPDS": (1_000_000, 64, 64, "VanillaPDS"),
     "200k x 784, VanillaPDS": (200_000, 784, 784, "VanillaPDS"),
     "300k x 2048 elements, 16-d features, VanillaPDS": (300_000, 2048, 16, "VanillaPDS"),
-    # The size tests/test_inputs.py checks (large enough that TensorFlow's own noise is small).
+    # The size tests/integration/test_inputs.py checks (large enough that TensorFlow's own noise is small).
     "500k x 128, VanillaPDS": (500_000, 128, 128, "VanillaPDS"),
 }
 

@@ -23,7 +23,7 @@ fi
 .venv/bin/python -m pip install -q -e ".[cpu,datasets,examples,test]"
 # Keras' PyTorch backend gets its own environment: PyPI's default torch (with CUDA libraries)
 # crashes on import beside TensorFlow, its CPU build does not. .venv-torch is .venv plus that
-# build (a .pth adds .venv's packages), for tests/test_backends.py.
+# build (a .pth adds .venv's packages), for tests/integration/test_backends.py.
 if [ ! -x .venv-torch/bin/python ]; then
   "$PYTHON" -m venv .venv-torch
   site_packages=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

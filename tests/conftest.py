@@ -1,4 +1,10 @@
-"""Shared fixtures and helpers. The repository root's conftest.py quiets TensorFlow's logging first."""
+"""Shared fixtures and helpers. The repository root's conftest.py quiets TensorFlow's logging first.
+
+The tests' layout: `package/` tests the modules of tf_repulsive, one file per module (named after
+it); `integration/` what crosses modules (checkpoints, compositions, distribution, backends, the
+docs); `programs/` the examples and benchmarks; `support/` the helpers and the programs tests run
+in new processes (on sys.path, pytest.ini).
+"""
 
 import collections
 import importlib
@@ -112,7 +118,7 @@ def pytest_testnodedown(node, error):
 
 
 def pytest_terminal_summary(terminalreporter):
-  """How many cases the property-based tests generated (tests/test_properties.py)."""
+  """How many cases the property-based tests generated (tests/integration/test_properties.py)."""
   generated = _GENERATED_ELSEWHERE + collections.Counter(_generated_here())
   if generated:
     counts = ", ".join(f"{name}: {count}" for name, count in sorted(generated.items()))

@@ -35,7 +35,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
   `steps_per_epoch`, or the iterator it opens per epoch for a stream that ends (`.take(n)` after
   the batcher). Only a callback running in `fit` starts a stream: constructing one lets a stream
   deliver one batch unstarted, what Keras takes under a distribution strategy to build the model
-  before any callback runs (see `RepulsiveBatcher.allow_build_probe`).
+  before any callback runs (see `RepulsiveBatcher._allow_build_probe`).
 
   Give it the dataset `fit` trains on as `dataset` when that is not the batcher's stream itself.
   It then refuses, when constructed, a dataset that transforms the stream in a way that changes
@@ -116,7 +116,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._logged: dict[str, object] = {}
     if dataset is not None:
       self._check_dataset(dataset)
-    batcher.allow_build_probe()
+    batcher._allow_build_probe()  # pylint: disable=protected-access
 
   def _optimizer_step(self) -> int:
     return int(np.asarray(self.model.optimizer.iterations))
@@ -207,7 +207,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
             "this process computes (a ModelSpace's features, or recorded losses): the workers' copies of the "
             "stream cannot receive them. Train it without tf.data service.")
       return
-    kinds = self._batcher.transformations_after(dataset)
+    kinds = self._batcher._transformations_after(dataset)  # pylint: disable=protected-access
     if kinds is None:
       raise ValueError(
           "`dataset` is not made from this batcher's stream: give the callback the dataset fit trains on, "
@@ -229,7 +229,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   def on_train_end(self, logs=None):
     # A later fit under a distribution strategy takes a batch before any callback runs, again.
-    self._batcher.allow_build_probe()
+    self._batcher._allow_build_probe()  # pylint: disable=protected-access
 
   def on_epoch_begin(self, epoch, logs=None):
     step = self._optimizer_step()

@@ -3,7 +3,7 @@
 A `tf.data.Dataset` keeps its inputs (`_inputs()`, `_input_dataset`), its traced functions
 (`_functions()`), and per transformation its settings (`_batch_size`, `_seed`, `_seed2`,
 `_deterministic`), and its Python class names the transformation. None of that is public API;
-everything here that reads it is in this module, and `tests/test_dataset_graph.py` fails when a
+everything here that reads it is in this module, and `tests/package/test_dataset_graph.py` fails when a
 TensorFlow release stops providing what it reads (the checks would otherwise find nothing).
 """
 

@@ -35,6 +35,14 @@ from tf_repulsive import _training_features
 _KEY_SALT = 0x5EED
 
 
+# Public names the batcher had, and what replaced them.
+_REMOVED = {
+    "allow_build_probe": "the package's callbacks let a stream deliver its build probe themselves",
+    "transformations_after": "give the callback the dataset fit trains on, AnnealingCallback(batcher, dataset=...), "
+                             "which checks the transformations after the batcher",
+}
+
+
 class RepulsiveBatcher:
   """A `repulsive_batch` pipeline: what `Dataset.apply` takes, and the handle to its batches.
 
@@ -287,7 +295,7 @@ class RepulsiveBatcher:
     """
     self._start.start_at(_check_step(step))
 
-  def allow_build_probe(self) -> None:
+  def _allow_build_probe(self) -> None:
     """Lets the next stream of a callback-started batcher deliver one batch (of step 0) unstarted.
 
     For the package's callbacks: under a distribution strategy, Keras' `fit` takes one batch from
@@ -300,7 +308,7 @@ class RepulsiveBatcher:
     """The step at which the last stream started in this process (fixed start: `start_step`)."""
     return self._start.last_start()
 
-  def transformations_after(self, dataset: tf.data.Dataset) -> list[str] | None:
+  def _transformations_after(self, dataset: tf.data.Dataset) -> list[str] | None:
     """The tf.data transformations between this batcher's stream and `dataset`, nearest the stream first.
 
     E.g. `["Map", "Prefetch"]` for `ds.apply(batcher).map(f).prefetch(2)`; None if `dataset` is
@@ -311,6 +319,12 @@ class RepulsiveBatcher:
     if stream is None or not isinstance(dataset, tf.data.Dataset):
       return None
     return _dataset_graph.transformations_between(dataset, stream)
+
+  def __getattr__(self, name: str):
+    # Only for names not found: the public names the batcher no longer has say where they went.
+    if name in _REMOVED:
+      raise AttributeError(f"RepulsiveBatcher has no attribute {name!r}: {_REMOVED[name]}.")
+    raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
   def _require_built(self) -> _build.Built:
     if self._built is None:

@@ -4,7 +4,7 @@ A stream is a `Dataset.range` of draw numbers zipped with its start. A fixed sta
 constant. A callback-started stream reads its start once, at its first element, from a variable
 that `start_at` sets, and keeps it in a scan state that iterator checkpoints save. Reading the
 start uses it up: a second stream that nobody started fails instead of repeating the first one's
-batches. The one exception is the build probe (`allow_build_probe`).
+batches. The one exception is the build probe (`allow_build_probe`, for the callbacks).
 """
 
 from __future__ import annotations

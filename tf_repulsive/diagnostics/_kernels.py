@@ -1,6 +1,6 @@
 """Numpy building blocks of the estimators: the check of drawn batches and chunked float64 kernels.
 
-This module imports numpy, never TensorFlow or Keras; tests/test_diagnostics.py checks it.
+This module imports numpy, never TensorFlow or Keras; tests/package/test_diagnostics.py checks it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The pair-correlation function g(r) of drawn batches in feature space.
 
-This module imports numpy, never TensorFlow or Keras; tests/test_diagnostics.py checks it.
+This module imports numpy, never TensorFlow or Keras; tests/package/test_diagnostics.py checks it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Theorem-1 split of the variance of the mini-batch gradient, estimated from drawn batches.
 
-This module imports numpy, never TensorFlow or Keras; tests/test_diagnostics.py checks it.
+This module imports numpy, never TensorFlow or Keras; tests/package/test_diagnostics.py checks it.
 """
 
 from __future__ import annotations

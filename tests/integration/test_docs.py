@@ -9,7 +9,7 @@ import pytest
 
 import tf_repulsive
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 _CODE = re.compile(r"```python\n(.*?)```", re.DOTALL)
 # Callables whose keyword arguments the pages' code is checked against.

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 _SECONDS = 300
 # PyTorch's CPU build lives in its own environment beside .venv (scripts/setup_env.sh).
-_TORCH_PYTHON = pathlib.Path(__file__).resolve().parents[1] / ".venv-torch" / "bin" / "python"
+_TORCH_PYTHON = pathlib.Path(__file__).resolve().parents[2] / ".venv-torch" / "bin" / "python"
 
 
 def _python(backend):

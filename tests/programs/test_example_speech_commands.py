@@ -29,7 +29,7 @@ import tf_repulsive
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
 pytestmark = pytest.mark.slow
 
-_REPO = pathlib.Path(__file__).resolve().parents[1]
+_REPO = pathlib.Path(__file__).resolve().parents[2]
 _TOOLS_MISSING = shutil.which("espeak-ng") is None or shutil.which("sox") is None
 needs_tools = pytest.mark.skipif(_TOOLS_MISSING, reason="espeak-ng and sox are needed to speak the dataset")
 

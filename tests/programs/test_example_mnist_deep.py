@@ -15,7 +15,7 @@ from examples.mnist_deep_sweep import sweep
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
 pytestmark = pytest.mark.slow
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_smoke_flagfile_run_learns_and_writes_its_outputs(example_main, tmp_path, capsys):

@@ -16,7 +16,7 @@ import tf_repulsive
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
 pytestmark = pytest.mark.slow
 
-_REPO = pathlib.Path(__file__).resolve().parents[1]
+_REPO = pathlib.Path(__file__).resolve().parents[2]
 _STEPS = 8
 _BATCH = 32
 

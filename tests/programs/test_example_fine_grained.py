@@ -16,7 +16,7 @@ from examples.fine_grained import train
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
 pytestmark = pytest.mark.slow
 
-_REPO = pathlib.Path(__file__).resolve().parents[1]
+_REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_features_are_unit_norm_and_the_split_is_fixed():

@@ -13,7 +13,7 @@ import tf_repulsive
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
 pytestmark = pytest.mark.slow
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_flagfile_parses(example_main):

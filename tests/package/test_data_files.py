@@ -1,6 +1,6 @@
 """`data_dir`: a stream whose graph names files instead of holding the arrays it draws from.
 
-Under tf.data service (tests/test_distributed.py) the workers run such a stream; here: it draws
+Under tf.data service (tests/integration/test_distributed.py) the workers run such a stream; here: it draws
 the batches the graph-held stream draws, its graph does not grow with N, its iterator checkpoints
 restore, its files are named by their content, and a process that cannot read one fails naming it.
 """

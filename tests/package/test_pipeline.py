@@ -297,3 +297,13 @@ def test_group_mixes_are_recorded_as_drawn_and_recomputed_otherwise(digits):
   np.testing.assert_allclose(batcher.group_mixes([5000]),
                              [np.bincount(values[batcher.batch_indices(5000)], minlength=6) / 50])
   assert _digits_pipeline(digits, tf_repulsive.VanillaPDS())[0].group_mixes([0]) is None
+
+
+def test_removed_names_say_where_they_went():
+  batcher = tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), seed=0)
+  with pytest.raises(AttributeError, match=r"AnnealingCallback\(batcher, dataset=\.\.\.\)"):
+    batcher.transformations_after  # pylint: disable=pointless-statement
+  with pytest.raises(AttributeError, match="callbacks"):
+    batcher.allow_build_probe  # pylint: disable=pointless-statement
+  with pytest.raises(AttributeError, match="no attribute 'misspelled'"):
+    batcher.misspelled  # pylint: disable=pointless-statement

@@ -18,7 +18,7 @@ import tf_repulsive
 from conftest import pairwise_distances
 from tf_repulsive import _radius
 
-_REPO = pathlib.Path(__file__).resolve().parents[1]
+_REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _points(size=300, dim=4, classes=4, seed=0):
@@ -259,12 +259,12 @@ def test_the_build_probe_gives_one_batch_and_a_start_replaces_it():
   x, y = _points()
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), seed=0)
   stream = tf.data.Dataset.from_tensor_slices((x, np.arange(300))).apply(batcher)
-  batcher.allow_build_probe()
+  batcher._allow_build_probe()  # pylint: disable=protected-access
   iterator = iter(stream)
   np.testing.assert_array_equal(next(iterator)[1], batcher.batch_indices(0))
   with pytest.raises(tf.errors.InvalidArgumentError, match="delivers one batch only"):
     next(iterator)
-  batcher.allow_build_probe()
+  batcher._allow_build_probe()  # pylint: disable=protected-access
   batcher.start_at(7)
   np.testing.assert_array_equal([batch[1] for batch in stream.take(3).as_numpy_iterator()],
                                 [batcher.batch_indices(step) for step in (7, 8, 9)])
@@ -413,7 +413,7 @@ def test_map_prefetch_take_repeat_after_the_batcher_train_on_the_draws():
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.VanillaPDS(), seed=0)
   stream = (tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
             .map(lambda v, label: (2.0 * v, label)).prefetch(2).take(100).repeat())
-  assert batcher.transformations_after(stream) == ["Map", "Prefetch", "Take", "Repeat"]
+  assert batcher._transformations_after(stream) == ["Map", "Prefetch", "Take", "Repeat"]
   model = _model()
   model.fit(stream, epochs=2, steps_per_epoch=5, verbose=0,
             callbacks=[tf_repulsive.AnnealingCallback(batcher, dataset=stream)])

@@ -17,7 +17,7 @@ from conftest import pairwise_distances
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
 pytestmark = pytest.mark.slow
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 RADIUS = synthetic.Config().radius
 
 

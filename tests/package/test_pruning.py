@@ -283,7 +283,7 @@ def test_a_checkpoint_of_the_recording_model_carries_the_sampler_state(tmp_path)
 
 @pytest.mark.slow
 def test_backup_and_restore_resumes_pruning_and_online_importance_in_a_new_process(tmp_path):
-  script = pathlib.Path(__file__).with_name("pruning_resume_run.py")
+  script = pathlib.Path(__file__).parents[1] / "support" / "pruning_resume_run.py"
   for phase in ("crash", "resume"):
     subprocess.run([sys.executable, str(script), phase, str(tmp_path)], check=True, timeout=_SECONDS)
   crashed = json.loads((tmp_path / "crash.json").read_text())

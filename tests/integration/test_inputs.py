@@ -16,7 +16,7 @@ from tf_repulsive import _reading
 from tf_repulsive import _progress
 from tf_repulsive import _radius
 
-_REPO = pathlib.Path(__file__).resolve().parents[1]
+_REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _points(size=300, dim=4, seed=0):

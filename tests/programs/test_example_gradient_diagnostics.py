@@ -11,7 +11,7 @@ from examples.gradient_diagnostics import diagnose
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
 pytestmark = pytest.mark.slow
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_flagfile_parses(example_main):

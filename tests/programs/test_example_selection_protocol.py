@@ -11,7 +11,7 @@ from examples import settings
 from examples.selection_protocol import curves
 from examples.selection_protocol import protocol
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_arms_are_parsed_from_their_names():

@@ -8,7 +8,7 @@ import pytest
 from examples import settings
 from examples.mnist_deep_sweep import sweep
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 def _curve(errors, seconds_per_step=0.1):

@@ -3,8 +3,9 @@
 One harness in the spirit of TF's `checkpoint_test_base`: for every sampler, in two of the pipelines
 users compose (`apply`, `+ prefetch`, `+ repeat + prefetch`, `+ map + prefetch`; `cases.CASES`), the iterator is
 saved after every step of the first three epochs, then restored into a new iterator in this process
-(while the saved-from iterator is alive and ahead of it) and in a fresh process (pipelines built
-anew; a callback-started stream is not started there, so its start must come from the checkpoint).
+(while the saved-from iterator is alive and ahead of it), and at three of those break points in a
+fresh process (pipelines built anew; a callback-started stream is not started there, so its start
+must come from the checkpoint).
 The fresh process restores every case while this one checks its in-process restores.
 """
 
@@ -95,7 +96,7 @@ def test_restored_in_a_fresh_process_continues_with_the_uninterrupted_batches(sa
   assert fresh.wait(timeout=_FRESH_PROCESS_SECONDS) == 0
   restored = np.load(output)
   for (sampler_name, pipeline_name), batches in uninterrupted.items():
-    for after in cases.BREAKS:
+    for after in cases.FRESH_BREAKS:
       np.testing.assert_array_equal(restored[f"{sampler_name}-{pipeline_name}-{after}"], batches[after:],
                                     err_msg=f"{sampler_name}, {pipeline_name}, restored after {after}")
 

@@ -23,6 +23,9 @@ EPOCHS = 3
 READ = EPOCHS * STEPS_PER_EPOCH + 4
 # Break points: after every step of the first three epochs.
 BREAKS = range(1, EPOCHS * STEPS_PER_EPOCH + 1)
+# The break points a fresh process restores: within the first epoch, at an epoch's end, and
+# within the last (every break point is restored in the test's own process).
+FRESH_BREAKS = (1, STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH + 1)
 # Where the callback-started streams start (the others start at start_step=0).
 CALLBACK_START = 7
 
@@ -85,7 +88,7 @@ def checkpoint_path(directory, sampler_name, pipeline_name, after):
 
 
 def restore_all(directory):
-  """For every case, the batches after restoring each break point into a freshly built pipeline.
+  """For every case, the batches after restoring each of `FRESH_BREAKS` into a freshly built pipeline.
 
   Returns:
     "<sampler>-<pipeline>-<after>" -> `[READ - after, BATCH]` indices, for every case. Each pipeline is built once
@@ -97,7 +100,7 @@ def restore_all(directory):
     # One iterator restored again and again: a restore replaces all of its state.
     iterator = iter(pipeline)
     checkpoint = tf.train.Checkpoint(iterator=iterator)
-    for after in BREAKS:
+    for after in FRESH_BREAKS:
       checkpoint.read(checkpoint_path(directory, sampler_name, pipeline_name, after)).assert_consumed()
       restored[f"{sampler_name}-{pipeline_name}-{after}"] = read(iterator, READ - after)
   return restored

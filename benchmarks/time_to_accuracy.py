@@ -77,7 +77,8 @@ def steps_to_target(run_dir: pathlib.Path, target_error: float) -> list[int | No
   for seed_dir in sorted(run_dir.glob("seed_*")):
     with open(seed_dir / "eval.csv") as handle:
       reached = [int(row["step"]) for row in csv.DictReader(handle)
-                 if 1.0 - float(row["test_accuracy"]) <= target_error]
+                 if common.error_at_most(common.with_errors({name: float(value) for name, value in row.items()}),
+                                         100 * target_error)]
     result.append(reached[0] if reached else None)
   return result
 

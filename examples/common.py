@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import fractions
 import pathlib
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -175,9 +176,11 @@ def sampler_callbacks(batcher: tf_repulsive.RepulsiveBatcher, model_inputs: Any 
 class PeriodicEvaluation(keras.callbacks.Callback):
   """Evaluates every `every_steps` optimizer steps; appends (step, train seconds, metrics) to a CSV and TensorBoard.
 
-  Keeps the curve in `self.history` as a list of dicts with "step", "train_seconds" and the
-  model's metrics. "train_seconds" is the wall-clock from `started` to the evaluation, less the
-  time spent evaluating: training with everything its callbacks do (a batcher's feature refreshes).
+  Keeps the curve in `self.history` as a list of dicts with "step", "train_seconds", the
+  model's metrics and "<prefix>_examples", the number of elements evaluated (so that errors
+  compare as counts of mistakes, `error_at_most`). "train_seconds" is the wall-clock from
+  `started` to the evaluation, less the time spent evaluating: training with everything its
+  callbacks do (a batcher's feature refreshes).
   """
 
   def __init__(self, data: tf.data.Dataset, every_steps: int, csv_path: str | pathlib.Path | None,
@@ -201,6 +204,8 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     self._writer = None if log_dir is None else tf.summary.create_file_writer(str(log_dir))
     self._started = started
     self._evaluating_seconds = 0.0
+    # The number of elements of each dataset, counted at the first evaluation.
+    self._examples: dict[str, int] = {}
     self.history: list[dict[str, float]] = []
 
   def _step(self) -> int:
@@ -217,6 +222,9 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     for prefix, data in self._data.items():
       results = self.model.evaluate(data, verbose=0, return_dict=True)
       row.update({f"{prefix}_{name}": float(value) for name, value in results.items()})
+      if prefix not in self._examples:
+        self._examples[prefix] = sum(int(tf.shape(tf.nest.flatten(batch)[0])[0]) for batch in data)
+      row[f"{prefix}_examples"] = self._examples[prefix]
     self._evaluating_seconds += time.perf_counter() - began
     self.history.append(row)
     if self._csv_path is not None:
@@ -252,6 +260,25 @@ def with_errors(row: Mapping[str, float]) -> dict[str, float]:
   errors = {f"{name[:-len('accuracy')]}error": 1.0 - value for name, value in row.items()
             if name.endswith("_accuracy")}
   return {**row, **errors}
+
+
+def error_at_most(row: Mapping[str, float], target_error: float, prefix: str = "test") -> bool:
+  """Whether the row's `<prefix>` error is at most `target_error` percent, compared as counts of mistakes.
+
+  With "<prefix>_examples" in the row (`PeriodicEvaluation` records it), the mistakes are
+  round(error × examples), an integer, and the target is exactly `target_error` % of the
+  examples: an accuracy of exactly 95% reaches 5% error, whatever float32 made of it. A row
+  without the count (curves recorded before it was) compares percentages with a tolerance of
+  1e-4 points: above float32's rounding of an accuracy, below the 1e-3 points between two
+  mistakes of a test set of up to 100,000 examples.
+  """
+  error = row[f"{prefix}_error"]
+  examples = row.get(f"{prefix}_examples")
+  if examples is None or not np.isfinite(examples):
+    return 100 * error <= round(target_error, 9) + 1e-4
+  mistakes = round(error * examples)
+  # (Rounded to 9 decimals: a target computed as 100 * (1 - 0.9) is 10 points, not 9.999999999999998.)
+  return 100 * mistakes <= fractions.Fraction(str(round(target_error, 9))) * round(examples)
 
 
 def mean_std(values: Sequence[float] | np.ndarray, ddof: int = 1) -> tuple[float, float]:

@@ -68,8 +68,8 @@ def finished_curve(run_dir: pathlib.Path, steps: int) -> list[dict[str, float]] 
 
 
 def first_at_target(run: list[dict[str, float]], target_error: float) -> dict[str, float] | None:
-  """The first evaluation of `run` whose test error (%) is at most `target_error`, or None."""
-  return next((row for row in run if 100 * row["test_error"] <= target_error), None)
+  """The first evaluation of `run` whose test error (%) is at most `target_error`, or None (`common.error_at_most`)."""
+  return next((row for row in run if common.error_at_most(row, target_error)), None)
 
 
 def summarize(curves: dict[str, list[list[dict[str, float]]]], report_steps: tuple[int, ...],

@@ -48,8 +48,12 @@ def load_runs(runs_dir: pathlib.Path) -> dict[str, dict[int, dict]]:
 
 
 def first_at_target(curve: list[dict], target_accuracy: float) -> dict | None:
-  """The first evaluation of `curve` whose validation accuracy is at least `target_accuracy`, or None."""
-  return next((row for row in curve if row["validation_accuracy"] >= target_accuracy), None)
+  """The first evaluation of `curve` whose validation accuracy is at least `target_accuracy`, or None.
+
+  Compared as counts of mistakes (`common.error_at_most`): an accuracy exactly at the target reaches it.
+  """
+  return next((row for row in curve if common.error_at_most(common.with_errors(row), 100 * (1 - target_accuracy),
+                                                             prefix="validation")), None)
 
 
 def summary_table(runs: dict[str, dict[int, dict]], target_accuracy: float) -> str:

@@ -3,8 +3,10 @@
 import csv
 import pathlib
 
+import numpy as np
 import pytest
 
+from examples import common
 from examples import settings
 from examples.mnist_deep_sweep import sweep
 
@@ -14,6 +16,27 @@ CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 def _curve(errors, seconds_per_step=0.1):
   return [{"step": step, "train_seconds": seconds_per_step * step, "test_error": error}
           for step, error in zip((0, 100, 200), errors)]
+
+
+def test_an_error_exactly_at_the_target_reaches_it_as_a_count_of_mistakes():
+  # An accuracy of exactly 95% in float32, as Keras reports it: 1 - it is above 0.05 in float64.
+  accuracy = float(np.float32(0.95))
+  assert 100 * (1 - accuracy) > 5.0
+  at_target = common.with_errors({"step": 100, "test_accuracy": accuracy, "test_examples": 10_000})
+  assert common.error_at_most(at_target, 5.0)
+  assert sweep.first_at_target([at_target], 5.0) is at_target
+  # One mistake more does not reach it; one fewer does.
+  for mistakes, reached in ((501, False), (499, True)):
+    row = common.with_errors({"step": 100, "test_accuracy": float(np.float32(1 - mistakes / 10_000)),
+                              "test_examples": 10_000})
+    assert common.error_at_most(row, 5.0) is reached, mistakes
+  # A curve recorded without the count: the same boundary, within float32's rounding.
+  without_count = common.with_errors({"step": 100, "test_accuracy": accuracy})
+  assert common.error_at_most(without_count, 5.0)
+  assert not common.error_at_most(common.with_errors({"test_accuracy": float(np.float32(0.9499))}), 5.0)
+  # A target computed in floats counts as the number it stands for.
+  ninety = common.with_errors({"test_accuracy": 0.9, "test_examples": 1000})
+  assert common.error_at_most(ninety, 100 * (1 - 0.9))
 
 
 def test_summary_reports_mean_and_std_per_sampler_and_the_steps_and_seconds_to_the_target():

@@ -20,9 +20,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-# --no-compile: byte-compiling every module of TensorFlow, JAX and PyTorch at install takes longer
-# than compiling, at first import, the ones the tests import.
-.venv/bin/python -m pip install -q --no-compile -e ".[cpu,datasets,examples,test]"
+.venv/bin/python -m pip install -q -e ".[cpu,datasets,examples,test]"
 # Keras' PyTorch backend gets its own environment: PyPI's default torch (with CUDA libraries)
 # crashes on import beside TensorFlow, its CPU build does not. .venv-torch is .venv plus that
 # build (a .pth adds .venv's packages), for tests/integration/test_backends.py.
@@ -32,7 +30,7 @@ if [ ! -x .venv-torch/bin/python ]; then
   torch_site=$(.venv-torch/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   echo "import site; site.addsitedir('$site_packages')" > "$torch_site/tf_repulsive_base.pth"
 fi
-if ! .venv-torch/bin/python -m pip install -q --no-compile "torch==2.13.0+cpu"; then
+if ! .venv-torch/bin/python -m pip install -q "torch==2.13.0+cpu"; then
   echo "note: PyTorch's CPU build (torch==2.13.0+cpu) could not be installed; the PyTorch-backend test skips" >&2
   rm -rf .venv-torch
 fi

@@ -320,11 +320,9 @@ class RepulsiveBatcher:
       return None
     return _dataset_graph.transformations_between(dataset, stream)
 
-  def __getattr__(self, name: str):
-    # Only for names not found: the public names the batcher no longer has say where they went.
-    if name in _REMOVED:
-      raise AttributeError(f"RepulsiveBatcher has no attribute {name!r}: {_REMOVED[name]}.")
-    raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+  def __getattr__(self, name: str):  # only for names not found: a removed public name says where it went
+    raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}"
+                         + (f": {_REMOVED[name]}." if name in _REMOVED else ""))
 
   def _require_built(self) -> _build.Built:
     if self._built is None:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds a wheel from the working tree, installs it with the `cpu` extra into a fresh venv and
 # imports it there: catches what the editable install of .venv hides (a module or requirement the
-# wheel lacks, a version setup.py reads wrongly). Run by scripts/test.sh; about a minute on 2 cores
-# with TensorFlow's wheel at hand (pip's cache or a local index), most of it installing TensorFlow.
+# wheel lacks, a version setup.py reads wrongly). Run by scripts/test.sh, after scripts/setup_env.sh
+# has put uv in .venv and TensorFlow's wheel in uv's cache: a few seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-.venv/bin/python}
+uv=.venv/bin/uv
 expected=$(sed -n 's/^__version__ = "\([^"]*\)"$/\1/p' tf_repulsive/__init__.py)
 if [ -z "$expected" ]; then
   echo "check_wheel: no __version__ = \"...\" line in tf_repulsive/__init__.py" >&2
@@ -19,18 +19,18 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/src" "$work/dist" "$work/run"
 git ls-files -z --cached --others --exclude-standard \
   | tar --null --files-from=- --ignore-failed-read -cf - | tar -xf - -C "$work/src"
-"$PYTHON" -m pip wheel -q --no-deps -w "$work/dist" "$work/src"
+"$uv" build -q --wheel -o "$work/dist" "$work/src"
 wheel=$(ls "$work"/dist/tf_repulsive-*.whl)
 case "$(basename "$wheel")" in
   "tf_repulsive-$expected-"*) ;;
   *) echo "check_wheel: built $(basename "$wheel"), expected version $expected" >&2; exit 1 ;;
 esac
 
-# The venv without a pip of its own: .venv's installs into it (--python; pip >= 22.3), which spares
-# bootstrapping one. No byte-compiling of TensorFlow's many modules either: the venv is thrown away.
-"$PYTHON" -m venv --without-pip "$work/venv"
-"$PYTHON" -m pip --python "$work/venv/bin/python" install -q --no-compile "$wheel[cpu]"
-"$PYTHON" -m pip --python "$work/venv/bin/python" check >/dev/null
+# The venv without a pip of its own: uv installs into it. No byte-compiling either: the venv is
+# thrown away after one import.
+.venv/bin/python -m venv --without-pip "$work/venv"
+"$uv" pip install -q --python "$work/venv/bin/python" "$wheel[cpu]"
+"$uv" pip check -q --python "$work/venv/bin/python" >/dev/null
 # From an empty directory, so that the import finds the installed wheel, not this checkout.
 installed=$(cd "$work/run" && TF_CPP_MIN_LOG_LEVEL=2 "$work/venv/bin/python" -c '
 import pathlib, sys, tf_repulsive

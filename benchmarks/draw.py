@@ -14,7 +14,7 @@ stateful op in the draw's loop slows it, so the timed throwers have none).
 With `--compare_tree`, the dart thrower of another checkout (its path's
 `tf_repulsive/_dart*.py`; the rest of the package is this one's) is timed beside this one in the
 same process, its throwers suffixed "@other" (their darts are counted when that checkout's blocks
-settle in `_dart_acceptance.Acceptance.accept`, as here). Data as in benchmark_batch_sizes.py
+settle in `Acceptance.accept`, as here). Data as in benchmark_batch_sizes.py
 (`benchmarks/data.py`).
 """
 
@@ -115,13 +115,14 @@ def _timed_draws(thrower):
 
 
 def _darts_per_batch(modules, features, plan, batch_size, first_step, count):
-  """The mean darts thrown per batch over `count` draws from `first_step`, or None without `_dart_acceptance`.
+  """The mean darts thrown per batch over `count` draws from `first_step`, or None in a tree without `Acceptance`.
 
   Counted by a thrower with a trace of its own, traced while `Acceptance.accept` counts.
   """
-  if "_dart_acceptance" not in modules:
+  holder = next((module for module in modules.values() if hasattr(module, "Acceptance")), None)
+  if holder is None:
     return None
-  acceptance = modules["_dart_acceptance"].Acceptance
+  acceptance = holder.Acceptance
   thrown = tf.Variable(0, dtype=tf.int64)
   accept = acceptance.accept
 
@@ -130,10 +131,15 @@ def _darts_per_batch(modules, features, plan, batch_size, first_step, count):
     with tf.control_dependencies([thrown.assign_add(tf.cast(settled, tf.int64))]):
       return accepted, tf.identity(count), settled, survival
 
+  module = modules["_dart_throwing"]
   acceptance.accept = counting_accept
   try:
-    module = modules["_dart_throwing"]
-    draws = _timed_draws(module.DartThrower(features, plan, batch_size, traces=module.DrawTraces()))
+    if hasattr(module, "DrawTraces"):  # a tree whose throwers take their trace cache
+      draws = _timed_draws(module.DartThrower(features, plan, batch_size, traces=module.DrawTraces()))
+    else:  # one whose traces are a memo: the counting trace is new, and not kept
+      modules["_dart_blocks"].traced_draws.cache_clear()
+      draws = _timed_draws(module.DartThrower(features, plan, batch_size))
+      modules["_dart_blocks"].traced_draws.cache_clear()
   finally:
     acceptance.accept = accept
   thrown.assign(0)

@@ -30,7 +30,7 @@ from sklearn import datasets as sk_datasets  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tf_repulsive  # noqa: E402
-from tf_repulsive import _dart_throwing  # noqa: E402
+from tf_repulsive import _dart_blocks  # noqa: E402
 from tf_repulsive import _mingling  # noqa: E402
 from tf_repulsive import _radius  # noqa: E402
 
@@ -101,7 +101,7 @@ def main(argv):
     label, make, k, samplers = CASES[name]
     x, y = make()
     for sampler_name, radius in samplers:
-      _dart_throwing.DEFAULT_TRACES.clear()
+      _dart_blocks.traced_draws.cache_clear()
       seconds, batcher, stream = _build(x, y, k, sampler_name, radius)
       again = _build(x, y, k, sampler_name, radius, seed=2)[0]
       drawer = batcher.drawer

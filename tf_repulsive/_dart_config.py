@@ -2,7 +2,7 @@
 
 A sampler resolves to a `DartPlan` on a dataset. `DartTuning` holds the thrower's sizes and
 thresholds. `DrawConfig` is what a trace of the draw depends on besides the per-dataset tensors
-(`_dart_state.DrawState`): throwers of equal configurations draw with one trace (`_dart_traces`).
+(`_dart_state.DrawState`): throwers of equal configurations draw with one trace (`_dart_blocks.traced_draws`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class DartPlan:
       PDS), whatever the data: a refreshable thrower keeps the faster test for one radius only then.
     one_disk_radius: whether the points with a disk have the same radius by construction (Easy
       PDS: r or no disk), whatever the data: a refreshable thrower keeps the one-pass test of large
-      batches (`_dart_acceptance.Acceptance`) only then.
+      batches (`_dart_blocks.Acceptance`) only then.
     pi_follows_step: whether `pi` changes with the step (Anneal PDS), so that the law of a batch,
       and each point's probability of being in it, does too.
     point_weights: `[N]` non-negative weights with a positive sum: each dart hits a point with
@@ -131,7 +131,7 @@ class DartTuning:
 class DrawConfig:
   """What a trace of the draw is built from besides the per-dataset tensors (`DrawState`).
 
-  Throwers of equal configurations draw with one trace, whatever their data (`DrawTraces`).
+  Throwers of equal configurations draw with one trace, whatever their data (`_dart_blocks.traced_draws`).
 
   Attributes:
     num_points: N.

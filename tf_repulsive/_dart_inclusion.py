@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from tf_repulsive import _alias
 from tf_repulsive import _progress
-from tf_repulsive._dart_acceptance import Acceptance
+from tf_repulsive._dart_blocks import Acceptance
 from tf_repulsive._dart_config import DartTuning
 from tf_repulsive._dart_config import DrawConfig
 from tf_repulsive._dart_state import DrawState

@@ -2,8 +2,8 @@
 
 `DartThrower` is the drawer of the built-in Poisson disk samplers and of `Uniform`. It prepares
 the per-dataset tensors once (`_dart_state`), draws through the one trace of its configuration
-(`_dart_config.DrawConfig`, `_dart_traces`), which throws darts in blocks (`_dart_blocks`,
-`_dart_acceptance`), and estimates its inclusion probabilities (`_dart_inclusion`). A sampler
+(`_dart_config.DrawConfig`, `_dart_blocks.traced_draws`), which throws darts in blocks and
+accepts them (`_dart_blocks`), and estimates its inclusion probabilities (`_dart_inclusion`). A sampler
 gives it a `DartPlan`, and may give it a `DartTuning`.
 """
 
@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 import numpy as np
 import tensorflow as tf
 
+from tf_repulsive import _dart_blocks
 from tf_repulsive import _dart_inclusion
 from tf_repulsive import _dart_state
 from tf_repulsive import _stream_ops
@@ -27,18 +28,15 @@ from tf_repulsive._contract import PointGroups
 from tf_repulsive._dart_config import DartPlan
 from tf_repulsive._dart_config import DartTuning
 from tf_repulsive._dart_config import DrawConfig
-from tf_repulsive._dart_traces import DEFAULT_TRACES
-from tf_repulsive._dart_traces import DrawTraces
 
-__all__ = ("DEFAULT_TRACES", "DartPlan", "DartThrower", "DartTuning", "DrawTraces")
+__all__ = ("DartPlan", "DartThrower", "DartTuning")
 
 
 class DartThrower(BatchDrawer):
   """Draws the indices of mini-batches as a pure function of a stateless key and the steps."""
 
   def __init__(self, features: np.ndarray, plan: DartPlan, batch_size: int, distance_cache_bytes: int = 0,
-               verbose: bool = False, max_steps_per_draw: int = MOST_STEPS_PER_DRAW, tuning: DartTuning = DartTuning(),
-               traces: DrawTraces = DEFAULT_TRACES):
+               verbose: bool = False, max_steps_per_draw: int = MOST_STEPS_PER_DRAW, tuning: DartTuning = DartTuning()):
     """Prepares the per-dataset tensors once.
 
     Args:
@@ -51,13 +49,10 @@ class DartThrower(BatchDrawer):
       verbose: show a progress bar if computing that matrix takes more than about 2 s.
       max_steps_per_draw: the most steps one draw covers (`steps_per_draw`).
       tuning: block sizes and thresholds.
-      traces: where the trace of this thrower's draws is kept for throwers of the same
-        configuration.
     """
     num_points, dim = features.shape
     self._plan = plan
     self._tuning = tuning
-    self._traces = traces
     self._state, one_disk_radius = _dart_state.prepare(features, plan, tuning, distance_cache_bytes, verbose)
     self._config = DrawConfig.of(
         plan, tuning, num_points=num_points, dim=dim, batch_size=batch_size, max_steps_per_draw=max_steps_per_draw,
@@ -66,8 +61,8 @@ class DartThrower(BatchDrawer):
     self.steps_per_draw = self._config.steps_per_draw
     # Every disk radius is multiplied by this (see `with_radius_scale`).
     self.radius_scale = 1.0
-    # The trace of this configuration's draws (`_dart_traces`), which takes the per-dataset tensors.
-    self._draws_on_state = traces.draws(self._config)
+    # The trace of this configuration's draws, which takes the per-dataset tensors.
+    self._draws_on_state = _dart_blocks.traced_draws(self._config)
     # The variables of a refreshable thrower (`refreshable`), by argument name; None: constants.
     self._variables: dict[str, tf.Variable] | None = None
     # A refreshable thrower's draw, traced once on its variables (`refreshable`).
@@ -88,7 +83,7 @@ class DartThrower(BatchDrawer):
     if live._config.one_disk_radius and not (self._plan.one_radius or self._plan.one_disk_radius):
       live._config = dataclasses.replace(live._config, one_disk_radius=False)
     if live._config != self._config:
-      live._draws_on_state = self._traces.draws(live._config)
+      live._draws_on_state = _dart_blocks.traced_draws(live._config)
     arguments = {**live._state.arguments(), "radius_scale": tf.constant(self.radius_scale, tf.float32)}
     with tf.device("CPU:0"):
       live._variables = {name: tf.Variable(value, trainable=False) for name, value in arguments.items()}

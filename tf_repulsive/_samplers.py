@@ -54,10 +54,9 @@ class DiskSampler(Sampler):
 
   radius: float | str | None
   max_darts: int | None
-  # The dart thrower's tuning, and the traces its throwers share: class attributes, not fields of
-  # the configuration (a subclass may set its own).
+  # The dart thrower's tuning: a class attribute, not a field of the configuration (a subclass may
+  # set its own).
   _tuning: ClassVar[_dart_throwing.DartTuning] = _dart_throwing.DartTuning()
-  _traces: ClassVar[_dart_throwing.DrawTraces] = _dart_throwing.DEFAULT_TRACES
 
   def build(self, context: SamplingContext) -> BatchDrawer:
     num_points = context.features.shape[0]
@@ -73,7 +72,7 @@ class DiskSampler(Sampler):
       plan = dataclasses.replace(plan, point_weights=weighted[0])
     thrower = _dart_throwing.DartThrower(context.features, plan, context.batch_size, context.distance_cache_bytes,
                                          verbose=context.verbose, max_steps_per_draw=context.max_steps_per_draw,
-                                         tuning=self._tuning, traces=self._traces)
+                                         tuning=self._tuning)
     if self.radius == _radius.AUTO:
       scale = _radius.calibrated_scale(thrower.count_fills, plan.max_darts, context.batch_size,
                                          context.verbose)

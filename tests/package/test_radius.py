@@ -1,11 +1,13 @@
 """radius="auto": the largest radius at which the darts fill the batch, calibrated on the data."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_repulsive
-from tf_repulsive import _dart_throwing
+from tf_repulsive import _dart_blocks
 from conftest import check_auto_radius
 from conftest import draw_steps
 
@@ -56,13 +58,10 @@ def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_al
   # On small data tracing the draw costs more than all of the calibration's draws: a build that
   # traced it once more for the calibration would spend most of its time calibrating.
   x, y = digits
-  traces = _dart_throwing.DrawTraces(max_traces=2)
-
-  class VanillaPDSOwnTraces(tf_repulsive.VanillaPDS):
-    _traces = traces
+  _dart_blocks.traced_draws.cache_clear()
 
   def build(features, batch_size=50):
-    return VanillaPDSOwnTraces(radius="auto").build(tf_repulsive.SamplingContext(
+    return tf_repulsive.VanillaPDS(radius="auto").build(tf_repulsive.SamplingContext(
         features=features, labels=None, batch_size=batch_size, distance_cache_bytes=0))
 
   key, step = tf.constant([5, 6], tf.int64), tf.constant(32, tf.int64)
@@ -79,10 +78,13 @@ def test_the_calibration_and_the_batches_outside_the_pipeline_share_one_trace_al
   assert moved.report["radius"] != drawer.report["radius"]
   assert not np.array_equal(moved.traced_draw()(key, step)[0], drawer.traced_draw()(key, step)[0])
   assert traced.experimental_get_tracing_count() == 1
-  # Another configuration has a trace of its own; the traces keep the max_traces used last.
+  # Another configuration has a trace of its own, and the memo keeps a bounded number of them.
   other = build(x, batch_size=40)
   assert other._draws_on_state is not traced
-  build(x[:1000])
+  for batch_size in range(30, 30 + _dart_blocks.traced_draws.cache_info().maxsize):
+    _dart_blocks.traced_draws(dataclasses.replace(drawer._config, batch_size=batch_size))
+  info = _dart_blocks.traced_draws.cache_info()
+  assert info.currsize == info.maxsize
   assert build(x)._draws_on_state is not traced
 
 

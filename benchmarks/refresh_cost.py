@@ -110,7 +110,7 @@ def _print_training_step_overhead(x, y):
     model.compile(optimizer=keras.optimizers.Adam(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     if name == "shuffle + batch":
-      runs.append((model, None, iter(data.shuffle(len(x), seed=1).repeat().batch(_BATCH_SIZE).prefetch(2))))
+      runs.append((model, None, None, iter(data.shuffle(len(x), seed=1).repeat().batch(_BATCH_SIZE).prefetch(2))))
       continue
     space = None
     if name.startswith("Importance"):
@@ -127,13 +127,13 @@ def _print_training_step_overhead(x, y):
       trainer = tf_repulsive.RecordingModel(model, batcher)
       trainer.compile(optimizer=model.optimizer, loss=model.loss)
       model = trainer
-    runs.append((model, batcher, iterator))
+    runs.append((model, batcher, space, iterator))
   seconds, cpu_seconds = [[] for _ in runs], [[] for _ in runs]
   for epoch in range(_EPOCHS):
-    for which, (model, batcher, iterator) in enumerate(runs):
+    for which, (model, batcher, space, iterator) in enumerate(runs):
       began, cpu_began = time.perf_counter(), time.process_time()
       for step in range(epoch * 100, (epoch + 1) * 100):
-        if batcher is not None and batcher.model_space is not None:
+        if space is not None:
           batcher.refresh_features(step)
         model.train_on_batch(*next(iterator))
       if epoch:
@@ -144,7 +144,7 @@ def _print_training_step_overhead(x, y):
   print("| pipeline | epoch (s) | vs Uniform | vs shuffle + batch | CPU (s) | vs Uniform "
         "| a refresh from the table (s) |")
   print("|---|---|---|---|---|---|---|")
-  for name, (_, batcher, _), epoch_seconds, epoch_cpu in zip(names, runs, wall, cpu):
+  for name, (_, batcher, _, _), epoch_seconds, epoch_cpu in zip(names, runs, wall, cpu):
     stats = batcher.stats() if batcher is not None else None
     refresh = f"{stats.refresh_seconds / stats.refreshes:.3f}" if stats is not None and stats.refreshes else ""
     print(f"| {name} | {epoch_seconds:.2f} | {100 * (epoch_seconds / wall[1] - 1):+.1f}% | "

@@ -96,10 +96,10 @@ def model_space(space: str, model: keras.Model, *, refresh_every: int, workdir: 
                                  keep_last=2, inputs_fn=inputs_fn, from_training_step=from_training_step)
 
 
-def fitted_model(model: keras.Model, batcher: tf_repulsive.RepulsiveBatcher) -> keras.Model:
-  """What `fit` trains: `model`, or, when the batcher draws on the training step's own features,
+def fitted_model(model: keras.Model, batcher: tf_repulsive.RepulsiveBatcher,
+                 space: tf_repulsive.ModelSpace | None) -> keras.Model:
+  """What `fit` trains: `model`, or, when the batcher draws on the training step's own features (`space`),
   `tf_repulsive.RecordingModel(model, batcher)` compiled as `model` is (a new optimizer of its config)."""
-  space = batcher.model_space
   if space is None or not space.from_training_step:
     return model
   trainer = tf_repulsive.RecordingModel(model, batcher)

@@ -56,7 +56,7 @@ def check_auto_radius(batcher, batches, sampler):
   assert np.count_nonzero(fills) < 0.01 * len(batches)
   if isinstance(sampler, tf_repulsive.EasyPDS):
     # Only easy points (mingling value 0) have disks.
-    has_disk = tf_repulsive.mingling_index(batcher.elements[0], batcher.labels, sampler.neighbors) == 0
+    has_disk = tf_repulsive.mingling_index(batcher.elements[0], batcher.element_labels, sampler.neighbors) == 0
   for step, (points, _) in enumerate(batches):
     if fills[step]:
       continue

@@ -7,7 +7,6 @@ Dense, Anneal PDS) and the annealing schedule, as a `tf.data` transformation.
 
 from tf_repulsive import diagnostics
 from tf_repulsive._active_bias import ActiveBias
-from tf_repulsive._active_bias import ActiveBiasState
 from tf_repulsive._callback import ActiveBiasCallback
 from tf_repulsive._callback import AnnealingCallback
 from tf_repulsive._callback import BatchStreamCallback
@@ -51,7 +50,6 @@ __version__ = "0.1.0"
 __all__ = (
     "ActiveBias",
     "ActiveBiasCallback",
-    "ActiveBiasState",
     "AnnealPDS",
     "AnnealingCallback",
     "BatchDrawer",
@@ -95,6 +93,7 @@ __all__ = (
 _REMOVED = {
     "ModelFeatures": "the contract for features computed from a model is tf_repulsive.FeatureSource",
     "model_features": "the features of a model for a dataset come from tf_repulsive.compute_features",
+    "ActiveBiasState": "the checkpointable state of the ActiveBias weights is ActiveBiasCallback(...).state",
     "anneal_pi": "the schedule is tf_repulsive.paper_schedule(h, n), which takes arrays too (.numpy() for one)",
 }
 

@@ -82,7 +82,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
   >>> for _ in range(2):
   ...   _ = model.fit(batches, steps_per_epoch=batcher.steps_per_epoch, verbose=0,
   ...                 callbacks=[tf_repulsive.BatchStreamCallback(batcher)])
-  >>> batcher.last_start(), int(model.optimizer.iterations)
+  >>> batcher.stats().last_start, int(model.optimizer.iterations)
   (10, 20)
 
   Raises:
@@ -102,6 +102,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
           f"`name` must start with a letter and hold letters, digits and underscores only (it prefixes "
           f"the log keys); got {name!r}.")
     self._batcher = batcher
+    self._hooks = _pipeline.hooks(batcher)
     self.name = name
     self._epochs_begun = 0  # in this fit
     self._epoch_start = 0
@@ -116,7 +117,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._logged: dict[str, object] = {}
     if dataset is not None:
       self._check_dataset(dataset)
-    batcher._allow_build_probe()  # pylint: disable=protected-access
+    self._hooks.allow_build_probe()
 
   def _optimizer_step(self) -> int:
     return int(np.asarray(self.model.optimizer.iterations))
@@ -146,7 +147,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   def _check_model_space(self, workers: int) -> None:
     """Refuses a fit whose features this callback could not refresh at the steps they are due."""
-    space = self._batcher.model_space
+    space = self._hooks.space
     if space is None:
       return
     if workers > 1:
@@ -173,7 +174,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
           "due at.")
 
   def _refresh(self, step: int) -> None:
-    if self._batcher.model_space is not None:
+    if self._hooks.space is not None:
       self._refresh_seconds += self._batcher.refresh_features(step)
 
   def _log(self, logs: dict | None, values: dict[str, float]) -> None:
@@ -201,13 +202,13 @@ class BatchStreamCallback(keras.callbacks.Callback):
             "stream (the workers run their own copy of the batcher): build the batcher with "
             "start_step=<the optimizer's step> (0 for a new model, int(model.optimizer.iterations) to "
             "continue) before distributing its stream.")
-      if self._batcher.model_space is not None or self._batcher.drawer.learns_from_losses:
+      if self._hooks.space is not None or self._batcher.drawer.learns_from_losses:
         raise ValueError(
             "fit reads its batches from tf.data service workers, and this batcher draws on what the training in "
             "this process computes (a ModelSpace's features, or recorded losses): the workers' copies of the "
             "stream cannot receive them. Train it without tf.data service.")
       return
-    kinds = self._batcher._transformations_after(dataset)  # pylint: disable=protected-access
+    kinds = self._hooks.transformations_after(dataset)
     if kinds is None:
       raise ValueError(
           "`dataset` is not made from this batcher's stream: give the callback the dataset fit trains on, "
@@ -229,7 +230,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   def on_train_end(self, logs=None):
     # A later fit under a distribution strategy takes a batch before any callback runs, again.
-    self._batcher._allow_build_probe()  # pylint: disable=protected-access
+    self._hooks.allow_build_probe()
 
   def on_epoch_begin(self, epoch, logs=None):
     step = self._optimizer_step()
@@ -254,7 +255,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
     self._start_checked = False
 
   def on_train_batch_end(self, batch, logs=None):
-    space = self._batcher.model_space
+    space = self._hooks.space
     next_step = self._epoch_start + batch + 1
     if space is not None and space.from_training_step and self._epochs_begun:
       self._batcher.training_features.log(next_step - 1)
@@ -287,7 +288,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
       return
     if not began and not first_epoch:
       return
-    started = self._batcher.last_start() if began else None
+    started = self._batcher.stats().last_start if began else None
     if started != self._epoch_start:
       raise RuntimeError(
           f"the batch stream did not start at the optimizer's step {self._epoch_start} "
@@ -299,7 +300,7 @@ class BatchStreamCallback(keras.callbacks.Callback):
 
   def on_epoch_end(self, epoch, logs=None):
     self._check_delivered()
-    if self._batcher.model_space is not None:
+    if self._hooks.space is not None:
       self._log(logs, {f"{self.name}_refresh_seconds": self._refresh_seconds})
     if self._batcher.drawer.learns_from_losses:
       self._batcher.drawer.check_recorded()
@@ -430,7 +431,7 @@ class AnnealingCallback(BatchStreamCallback):
       self._read_record(self._optimizer_step())
     if self._log_batches and logs is not None:
       trained_to = self._optimizer_step()
-      rows, found = self._batcher._recorded([trained_to - 1], redraw_at_most=0)  # pylint: disable=protected-access
+      rows, found = self._hooks.recorded([trained_to - 1], redraw_at_most=0)
       self._log(logs, self._summaries(trained_to - 1, _summed(rows) if found[0] else None)[0])
 
   def _read_record(self, end: int) -> None:
@@ -439,7 +440,7 @@ class AnnealingCallback(BatchStreamCallback):
     self._read_to = end
     if not steps.size:
       return
-    rows, found = self._batcher._recorded(steps, redraw_at_most=_RECOMPUTED_STEPS)  # pylint: disable=protected-access
+    rows, found = self._hooks.recorded(steps, redraw_at_most=_RECOMPUTED_STEPS)
     self._unseen_steps += int(np.count_nonzero(~found))
     epoch_record = _summed(rows[found])
     self._epoch_record = epoch_record if self._epoch_record is None else self._epoch_record + epoch_record
@@ -586,15 +587,15 @@ class ActiveBiasCallback(BatchStreamCallback):
                          "the model inputs of the training examples as `inputs`.")
       return batcher.elements[0]
     num_inputs = int(tf.nest.flatten(self._inputs)[0].shape[0])
-    if num_inputs != len(batcher.labels):
+    if num_inputs != len(batcher.element_labels):
       raise ValueError(f"`inputs` holds {num_inputs} examples but the sampled dataset has "
-                       f"{len(batcher.labels)}; pass the model inputs of every training example, "
+                       f"{len(batcher.element_labels)}; pass the model inputs of every training example, "
                        "in dataset order.")
     return self._inputs
 
   def on_epoch_end(self, epoch, logs=None):
     super().on_epoch_end(epoch, logs)
-    inputs, labels = self._training_inputs(), self._batcher.labels
+    inputs, labels = self._training_inputs(), self._batcher.element_labels
     outputs = self.model.predict(inputs, batch_size=self._batch_size, verbose=0)
     probabilities = tf.nn.softmax(outputs).numpy() if self._from_logits else np.asarray(outputs)
     true_class = probabilities[np.arange(len(labels)), labels].astype(np.float64)

@@ -37,6 +37,8 @@ class SamplingStats:
     fallback_points: points supplied by that fill, over all batches.
     last_step_delivered: the step of the batch the stream last handed on (to `fit` or to the
       transformations after the batcher); None before the first.
+    last_start: the step at which the last stream began; None before the first. A batcher with
+      a fixed `start_step` always reports it.
     report: what the sampler reported of its preparation (`BatchDrawer.report`), by name. The
       Poisson disk samplers report `radius`, the disk radius in use. Easy, Dense and Anneal PDS
       also report `mingling_agreement`, the share of points whose mingling value equals an
@@ -50,6 +52,7 @@ class SamplingStats:
   fallback_batches: int
   fallback_points: int
   last_step_delivered: int | None
+  last_start: int | None
   report: dict[str, float]
   refreshes: int = 0
   refresh_seconds: float = 0.0
@@ -106,13 +109,15 @@ class DrawRecord:
     """The op that records `step` as the last one the stream handed on."""
     return self.last_step_delivered.assign(step)
 
-  def stats(self, report: Mapping[str, float], refresher: _refresh.FeatureRefresher | None) -> SamplingStats:
-    """The counters, the drawer's `report`, and the refreshes of `refresher` (None: no ModelSpace)."""
+  def stats(self, report: Mapping[str, float], refresher: _refresh.FeatureRefresher | None,
+            last_start: int | None) -> SamplingStats:
+    """The counters, the drawer's `report`, the refreshes of `refresher` (None: no ModelSpace), `last_start`."""
     batches, streams, fallback_batches, fallback_points = self._counters.numpy().tolist()
     last_step_delivered = int(self.last_step_delivered.numpy())
     return SamplingStats(batches=batches, streams=streams, fallback_batches=fallback_batches,
                          fallback_points=fallback_points,
                          last_step_delivered=None if last_step_delivered == UNSET else last_step_delivered,
+                         last_start=last_start,
                          report=dict(report), refreshes=0 if refresher is None else refresher.refreshes,
                          refresh_seconds=0.0 if refresher is None else refresher.seconds)
 

@@ -12,6 +12,7 @@ in modules of their own, each owning its state and its messages: where a stream 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable
 
@@ -40,6 +41,9 @@ _REMOVED = {
     "allow_build_probe": "the package's callbacks let a stream deliver its build probe themselves",
     "transformations_after": "give the callback the dataset fit trains on, AnnealingCallback(batcher, dataset=...), "
                              "which checks the transformations after the batcher",
+    "last_start": "the step at which the last stream started is batcher.stats().last_start",
+    "labels": "the [N] labels of the elements are batcher.element_labels (`labels=` is the function that reads them)",
+    "model_space": "the ModelSpace is the one passed as `features=`",
 }
 
 
@@ -92,7 +96,7 @@ class RepulsiveBatcher:
     """
     if not isinstance(input_context, tf.distribute.InputContext):
       raise TypeError(f"`input_context` must be a tf.distribute.InputContext; got {input_context!r}.")
-    if self.model_space is not None:
+    if self._config.space is not None:
       raise ValueError(
           "a ModelSpace batcher refreshes its features in this process and draws its global batches "
           "here: give the strategy its stream (strategy.experimental_distribute_dataset, or fit under "
@@ -135,19 +139,14 @@ class RepulsiveBatcher:
     return self._require_built().elements
 
   @property
-  def labels(self) -> np.ndarray | None:
-    """`[N]` labels, for samplers that need them; else None."""
+  def element_labels(self) -> np.ndarray | None:
+    """`[N]` the elements' labels (read by `labels=`), for samplers that need them; else None."""
     return self._require_built().labels
 
   @property
   def drawer(self) -> _contract.BatchDrawer:
     """The sampler's per-dataset draw (see `Sampler.build`)."""
     return self._require_built().drawer
-
-  @property
-  def model_space(self) -> _model_space.ModelSpace | None:
-    """The `ModelSpace` whose features the batches are drawn on, or None (fixed features)."""
-    return self._config.space
 
   @property
   def sampler_state(self) -> Any:
@@ -285,7 +284,7 @@ class RepulsiveBatcher:
   def stats(self) -> _draw_record.SamplingStats:
     """Counters of the draws (and refreshes) this pipeline made in this process."""
     built = self._require_built()
-    return built.record.stats(built.drawer.report, built.refresher)
+    return built.record.stats(built.drawer.report, built.refresher, self._start.last_start())
 
   def start_at(self, step: int) -> None:
     """Makes the next stream of this batcher (a new iterator) start at `step` (`start_step=None` batchers).
@@ -303,10 +302,6 @@ class RepulsiveBatcher:
     real start (`start_at`) replaces the allowance.
     """
     self._start.allow_build_probe()
-
-  def last_start(self) -> int | None:
-    """The step at which the last stream started in this process (fixed start: `start_step`)."""
-    return self._start.last_start()
 
   def _transformations_after(self, dataset: tf.data.Dataset) -> list[str] | None:
     """The tf.data transformations between this batcher's stream and `dataset`, nearest the stream first.
@@ -343,6 +338,33 @@ class RepulsiveBatcher:
 
   def _draw_of(self, step: int) -> tuple[np.ndarray, int]:
     return self._require_built().draw_of(step)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatcherHooks:
+  """What the package's callbacks and `RecordingModel` ask of a batcher beyond its public handle.
+
+  The one place of that contract: no other module reads a batcher's private attributes.
+
+  Attributes:
+    space: the `ModelSpace` passed as `features=`, or None (fixed features).
+    recorded: `(steps, redraw_at_most)` -> per step `[fallback points, points per group ...]`
+      and which steps the record holds (`RepulsiveBatcher._recorded`).
+    allow_build_probe: lets the next stream deliver its build probe unstarted.
+    transformations_after: the tf.data transformations between the stream and a dataset.
+  """
+
+  space: _model_space.ModelSpace | None
+  recorded: Callable[..., tuple[np.ndarray, np.ndarray]]
+  allow_build_probe: Callable[[], None]
+  transformations_after: Callable[[tf.data.Dataset], list[str] | None]
+
+
+def hooks(batcher: RepulsiveBatcher) -> BatcherHooks:
+  """The hooks of `batcher` for the package's callbacks."""
+  return BatcherHooks(space=batcher._config.space, recorded=batcher._recorded,  # pylint: disable=protected-access
+                      allow_build_probe=batcher._allow_build_probe,  # pylint: disable=protected-access
+                      transformations_after=batcher._transformations_after)  # pylint: disable=protected-access
 
 
 def _check_step(step: Any) -> int:

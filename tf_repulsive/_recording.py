@@ -85,7 +85,7 @@ class RecordingModel(keras.Model):
           f"this batcher ({type(batcher.sampler).__name__}) draws on nothing a training step records: "
           "RecordingModel is for EpochPruning and RandomPruning batchers and for "
           "ModelSpace(..., from_training_step=True). Train the model itself.")
-    space = batcher.model_space
+    space = _pipeline.hooks(batcher).space
     if space is not None and space.model is not model:
       raise ValueError("the batcher's ModelSpace computes its features from another model: give RecordingModel "
                        "the ModelSpace's model.")
@@ -182,7 +182,7 @@ def _check_one_replica() -> None:
 
 def records_training(batcher: _pipeline.RepulsiveBatcher) -> bool:
   """Whether `batcher` draws on what the training steps record (losses, or features from the training step)."""
-  space = batcher.model_space
+  space = _pipeline.hooks(batcher).space
   return batcher.drawer.learns_from_losses or (space is not None and space.from_training_step)
 
 

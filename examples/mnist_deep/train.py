@@ -291,7 +291,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                                          log_dir=workdir / "tensorboard" / "test", started=started,
                                          more=validation)
   # One Keras "epoch" per evaluation interval: a progress bar per interval, epoch logs for TensorBoard.
-  trained = common.fitted_model(model, batcher)
+  trained = common.fitted_model(model, batcher, space)
   trained.fit(train, steps_per_epoch=config.eval_every, epochs=math.ceil(config.steps / config.eval_every),
               shuffle=False, verbose=verbose,
               # The evaluation first: the time of step n's evaluation leaves out the refresh that

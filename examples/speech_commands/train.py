@@ -269,7 +269,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
       evaluation_data("validation"), config.eval_step_interval, workdir / "validation_curve.csv",
       log_dir=workdir / "tensorboard" / "validation", prefix="validation", started=started)
   steps_per_epoch = min(config.eval_step_interval, config.total_steps)
-  trained = common.fitted_model(model, batcher)
+  trained = common.fitted_model(model, batcher, space)
   trained.fit(train, steps_per_epoch=steps_per_epoch, epochs=math.ceil(config.total_steps / steps_per_epoch),
               shuffle=False, verbose=verbose,
               callbacks=[

@@ -199,13 +199,16 @@ def test_a_removed_argument_names_its_replacement(argument, value, names):
     tf_repulsive.repulsive_batch(10, tf_repulsive.Uniform(), **{argument: value})
 
 
-@pytest.mark.parametrize("removed, replacement", [("ModelFeatures", "FeatureSource"),
-                                                  ("model_features", "compute_features")])
-def test_a_removed_name_names_its_replacement(removed, replacement):
-  with pytest.raises(AttributeError, match=f"no attribute '{removed}'.*tf_repulsive.{replacement}"):
-    getattr(tf_repulsive, removed)
+@pytest.mark.parametrize("module, removed, replacement", [
+    (tf_repulsive, "ModelFeatures", "tf_repulsive.FeatureSource"),
+    (tf_repulsive, "model_features", "tf_repulsive.compute_features"),
+    (tf_repulsive, "ActiveBiasState", r"ActiveBiasCallback\(\.\.\.\)\.state"),
+    (tf_repulsive.diagnostics, "SamplingFeatures", "a FeatureSource or an")])
+def test_a_removed_name_names_its_replacement(module, removed, replacement):
+  with pytest.raises(AttributeError, match=f"no attribute '{removed}'.*{replacement}"):
+    getattr(module, removed)
   with pytest.raises(AttributeError, match="no attribute 'Nothing'$"):
-    tf_repulsive.Nothing  # noqa: B018
+    module.Nothing  # noqa: B018
 
 
 @pytest.mark.parametrize("options, error, match", [

@@ -40,7 +40,7 @@ def test_sample_weights_are_never_the_labels(weights):
   sample_weight = (y % 3).astype(np.int64) if weights == "y % 3" else np.ones_like(y)
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.AnnealPDS(), seed=0, start_step=0)
   tf.data.Dataset.from_tensor_slices((x, y, sample_weight)).apply(batcher)
-  np.testing.assert_array_equal(batcher.labels, y)
+  np.testing.assert_array_equal(batcher.element_labels, y)
   np.testing.assert_array_equal(batcher.drawer.groups.of_points,
                                 np.rint(tf_repulsive.mingling_index(x, y, 5) * 5).astype(int))
 
@@ -63,7 +63,7 @@ def test_a_dict_of_inputs_counts_every_key_not_the_first():
   tf.data.Dataset.from_tensor_slices((inputs, y)).apply(batcher)
   # The string input is not a feature; both numeric ones are (distances ignore their order).
   assert batcher.stats().report["radius"] == pytest.approx(_radius.half_median_distance(x))
-  np.testing.assert_array_equal(batcher.labels, y)
+  np.testing.assert_array_equal(batcher.element_labels, y)
 
 
 @pytest.mark.parametrize("elements, argument", [

@@ -189,7 +189,7 @@ def test_keras_fit_under_a_strategy_starts_at_the_optimizer_step():
     batcher = run.batcher_for(tf_repulsive.VanillaPDS(), start_step=None)
     batches = run.dataset().apply(batcher).map(lambda x, y, index: (x, y))
     model.fit(batches, epochs=2, steps_per_epoch=2, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
-    starts.append(batcher.last_start())
+    starts.append(batcher.stats().last_start)
     weights, iterations = model.get_weights(), int(model.optimizer.iterations.numpy())
   assert starts == [0, 4]
   assert iterations == 8
@@ -208,7 +208,7 @@ def test_one_callback_serves_two_fits_under_a_strategy():
   callback = tf_repulsive.AnnealingCallback(batcher)
   for _ in range(2):
     model.fit(batches, epochs=1, steps_per_epoch=batcher.steps_per_epoch, verbose=0, callbacks=[callback])
-  assert batcher.last_start() == batcher.steps_per_epoch
+  assert batcher.stats().last_start == batcher.steps_per_epoch
   assert batcher.stats().last_step_delivered >= 2 * batcher.steps_per_epoch - 1
 
 

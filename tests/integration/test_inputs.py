@@ -30,7 +30,7 @@ def test_dict_elements_take_the_label_key_not_the_last_sorted_key():
   dataset = tf.data.Dataset.from_tensor_slices({"audio": x, "label": y, "speaker_id": speakers})
   batcher = tf_repulsive.repulsive_batch(20, tf_repulsive.EasyPDS(), seed=0, start_step=0)
   batches = dataset.apply(batcher)
-  np.testing.assert_array_equal(batcher.labels, y)
+  np.testing.assert_array_equal(batcher.element_labels, y)
   assert batcher.stats().report["radius"] == pytest.approx(_radius.half_median_distance(x))
   batch = next(iter(batches))
   assert set(batch) == {"audio", "label", "speaker_id"}
@@ -269,7 +269,7 @@ def test_unknown_and_known_sizes_read_the_same_elements_in_order(size):
   for batcher in (known, unknown):
     np.testing.assert_array_equal(batcher.elements[0], x)
     np.testing.assert_array_equal(batcher.elements[1], y)
-    np.testing.assert_array_equal(batcher.labels, y)
+    np.testing.assert_array_equal(batcher.element_labels, y)
 
 
 def test_the_elements_are_read_only_since_the_batches_share_them():
@@ -326,6 +326,6 @@ def test_chunked_reading_of_the_conventions_equals_reading_element_by_element(st
   for read, expected in zip(tf.nest.flatten(chunked.elements), tf.nest.flatten(single.elements)):
     np.testing.assert_array_equal(read, expected)
   if needs_labels:
-    np.testing.assert_array_equal(chunked.labels, single.labels)
-    assert chunked.labels.dtype == (np.int64 if label_kind == "class" else np.float64)
-    np.testing.assert_array_equal(chunked.labels, y)
+    np.testing.assert_array_equal(chunked.element_labels, single.element_labels)
+    assert chunked.element_labels.dtype == (np.int64 if label_kind == "class" else np.float64)
+    np.testing.assert_array_equal(chunked.element_labels, y)

@@ -212,7 +212,7 @@ def test_element_structures_build_exactly_or_name_the_fix(generated, sampler_nam
     stream = _dataset(element).apply(batcher)
   assert batcher.stats().report["radius"] == pytest.approx(_radius.half_median_distance(features), rel=1e-5, abs=1e-30)
   if needs_labels:
-    np.testing.assert_array_equal(batcher.labels, labels)
+    np.testing.assert_array_equal(batcher.element_labels, labels)
   for step, batch in enumerate(stream.take(3).as_numpy_iterator()):
     indices = batcher.batch_indices(step)
     assert len(set(indices.tolist())) == batch_size

@@ -149,7 +149,7 @@ def test_several_steps_per_execution_still_start_at_the_optimizer_step(digits):
   model.fit(batches, epochs=2, steps_per_epoch=8, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
   batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS())
   model.fit(batches, epochs=1, steps_per_epoch=8, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
-  assert batcher.last_start() == 16
+  assert batcher.stats().last_start == 16
 
 
 def test_whole_global_batches_under_several_workers_are_refused(digits):

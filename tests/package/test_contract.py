@@ -106,7 +106,7 @@ def test_it_trains_with_the_callback_in_fit():
   history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher), epochs=2,
                       steps_per_epoch=batcher.steps_per_epoch, verbose=0,
                       callbacks=[tf_repulsive.AnnealingCallback(batcher)])
-  assert batcher.last_start() == 0
+  assert batcher.stats().last_start == 0
   assert history.history["sampler_fallback_batches"] == [0.0, 0.0]
 
 

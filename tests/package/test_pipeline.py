@@ -214,7 +214,7 @@ def test_a_stream_without_a_start_says_what_to_add(digits):
     next(iter(batches))
   batcher.start_at(11)
   np.testing.assert_array_equal(next(iter(batches))[2], batcher.batch_indices(11))
-  assert batcher.last_start() == 11
+  assert batcher.stats().last_start == 11
 
 
 def test_each_start_serves_one_stream(digits):
@@ -305,5 +305,11 @@ def test_removed_names_say_where_they_went():
     batcher.transformations_after  # pylint: disable=pointless-statement
   with pytest.raises(AttributeError, match="callbacks"):
     batcher.allow_build_probe  # pylint: disable=pointless-statement
+  with pytest.raises(AttributeError, match=r"batcher\.stats\(\)\.last_start"):
+    batcher.last_start  # pylint: disable=pointless-statement
+  with pytest.raises(AttributeError, match=r"batcher\.element_labels"):
+    batcher.labels  # pylint: disable=pointless-statement
+  with pytest.raises(AttributeError, match="passed as `features=`"):
+    batcher.model_space  # pylint: disable=pointless-statement
   with pytest.raises(AttributeError, match="no attribute 'misspelled'"):
     batcher.misspelled  # pylint: disable=pointless-statement

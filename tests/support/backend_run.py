@@ -70,7 +70,7 @@ def main(phase, workdir):
   epoch_steps = [range(len(steps) - (epochs - epoch) * spe, len(steps) - (epochs - epoch - 1) * spe)
                  for epoch in range(epochs)]
   np.savez(os.path.join(workdir, f"{phase}.npz"), backend=keras.backend.backend(), steps=len(steps),
-           weights=_flat(model), oracle_weights=_flat(oracle), last_start=batcher.last_start(),
+           weights=_flat(model), oracle_weights=_flat(oracle), last_start=batcher.stats().last_start,
            mingling=history.history["sampler_mingling"],
            expected_mingling=[batcher.group_mixes(epoch).mean(axis=0) @ np.arange(6) / 5 for epoch in epoch_steps])
 

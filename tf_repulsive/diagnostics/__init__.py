@@ -26,7 +26,6 @@ from tf_repulsive.diagnostics._pair_correlation import pair_correlation
 from tf_repulsive.diagnostics._radius_sweep import RadiusReport
 from tf_repulsive.diagnostics._radius_sweep import RadiusSweepResult
 from tf_repulsive.diagnostics._radius_sweep import radius_sweep
-from tf_repulsive.diagnostics._sampling import SamplingFeatures
 from tf_repulsive.diagnostics._sampling import batch_weights
 from tf_repulsive.diagnostics._sampling import draw_batches
 from tf_repulsive.diagnostics._variance_split import GradientVarianceReport
@@ -41,7 +40,6 @@ __all__ = (
     "RadiusReport",
     "RadiusSweepResult",
     "SamplerFactory",
-    "SamplingFeatures",
     "batch_weights",
     "draw_batches",
     "gradient_variance",
@@ -51,3 +49,15 @@ __all__ = (
     "uniform_variance",
     "variance_split",
 )
+
+# Names the module does not have, and what to use instead.
+_REMOVED = {
+    "SamplingFeatures": "`features=` of gradient_variance and radius_sweep takes None, a FeatureSource or "
+                        "an [N, d] array",
+}
+
+
+def __getattr__(name: str):
+  if name in _REMOVED:
+    raise AttributeError(f"module 'tf_repulsive.diagnostics' has no attribute {name!r}: {_REMOVED[name]}.")
+  raise AttributeError(f"module 'tf_repulsive.diagnostics' has no attribute {name!r}")

@@ -31,7 +31,7 @@ def gradient_variance(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x:
                       samplers: Mapping[str, _contract.Sampler | SamplerFactory], batch_size: int, *,
                       num_batches: int = 200, seed: int = 0, start_step: int = 0,
                       variables: str | Sequence[Any] = "all", sketch_dim: int | None = None,
-                      chunk_size: int | None = None, features: _sampling.SamplingFeatures = None,
+                      chunk_size: int | None = None, features: _sampling.DistanceSpace = None,
                       inclusion_weights: str | None = None) -> _variance_split.GradientVarianceResult:
   """Theorem-1 variance split of the mini-batch gradient for each sampler, at the model's parameters.
 

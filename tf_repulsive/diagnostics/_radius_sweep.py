@@ -87,7 +87,7 @@ def radius_sweep(model: keras.Model, loss_fn: Callable[[Any, Any], Any], x: Any,
                  scales: Sequence[float] = (0.25, 0.5, 0.75, 1.0, 1.25), include_default: bool = True,
                  num_batches: int = 200, seed: int = 0, start_step: int = 0,
                  variables: str | Sequence[Any] = "all", sketch_dim: int | None = None,
-                 chunk_size: int | None = None, features: _sampling.SamplingFeatures = None) -> RadiusSweepResult:
+                 chunk_size: int | None = None, features: _sampling.DistanceSpace = None) -> RadiusSweepResult:
   """Which disk radius to use: the Theorem-1 split, bias, class mix and fill rate per radius.
 
   Calibrates `radius="auto"` on the data (distances measured on `features`), then for each radius

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import keras
 import numpy as np
@@ -16,7 +16,7 @@ from tf_repulsive import _pipeline
 from tf_repulsive.diagnostics import _kernels
 
 # Where the samplers measure distances: the inputs (None), a feature source, or `[N, d]` features.
-SamplingFeatures = Any
+DistanceSpace: TypeAlias = _contract.FeatureSource | np.ndarray | tf.Tensor | None
 
 
 def draw_batches(batcher: _pipeline.RepulsiveBatcher, num_batches: int, *, start_step: int = 0) -> np.ndarray:
@@ -74,7 +74,7 @@ def batch_weights(batcher: _pipeline.RepulsiveBatcher, batches: Any) -> np.ndarr
   return inverse * (batches.shape[1] / inverse.sum(axis=1, keepdims=True))
 
 
-def sampling_data(model: keras.Model, x: Any, y: Any, features: SamplingFeatures) -> tuple[tf.data.Dataset, str]:
+def sampling_data(model: keras.Model, x: Any, y: Any, features: DistanceSpace) -> tuple[tf.data.Dataset, str]:
   """The dataset the samplers are built over (features first, labels second) and what the features are."""
   labels = np.asarray(y)
   if features is None:

@@ -326,6 +326,6 @@ def test_chunked_reading_of_the_conventions_equals_reading_element_by_element(st
   for read, expected in zip(tf.nest.flatten(chunked.elements), tf.nest.flatten(single.elements)):
     np.testing.assert_array_equal(read, expected)
   if needs_labels:
-    np.testing.assert_array_equal(chunked.element_labels, single.element_labels)
-    assert chunked.element_labels.dtype == (np.int64 if label_kind == "class" else np.float64)
-    np.testing.assert_array_equal(chunked.element_labels, y)
+    np.testing.assert_array_equal(chunked.labels, single.labels)
+    assert chunked.labels.dtype == (np.int64 if label_kind == "class" else np.float64)
+    np.testing.assert_array_equal(chunked.labels, y)

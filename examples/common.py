@@ -25,6 +25,11 @@ BASELINE_NAMES = ("kdpp", "fast_kdpp", "active_bias")
 # without and with disks; and Vanilla PDS's inclusion probabilities without its disks.
 IMPORTANCE_NAMES = ("importance", "importance_pds", "vanilla_pds_marginals")
 ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES + IMPORTANCE_NAMES
+# Selection in the training step: InfoBatch's epoch pruning on the losses each step records, its
+# control pruned at random, and RS2's fresh random subsets (the control without losses). For the
+# examples that train with `fitted_model` over a step budget (mnist_deep and its protocol).
+PRUNING_NAMES = ("epoch_pruning", "random_pruning", "rs2")
+TRAINING_SAMPLER_NAMES = ALL_SAMPLER_NAMES + PRUNING_NAMES
 
 _RADIUS_HELP = "Disk radius: default (half the median distance), auto, or a number."
 
@@ -98,9 +103,11 @@ def model_space(space: str, model: keras.Model, *, refresh_every: int, workdir: 
 
 def fitted_model(model: keras.Model, batcher: tf_repulsive.RepulsiveBatcher,
                  space: tf_repulsive.ModelSpace | None) -> keras.Model:
-  """What `fit` trains: `model`, or, when the batcher draws on the training step's own features (`space`),
+  """What `fit` trains: `model`, or, when the batcher draws on what the training step records (the
+  losses of a pruning sampler, the features of `space` from the training step),
   `tf_repulsive.RecordingModel(model, batcher)` compiled as `model` is (a new optimizer of its config)."""
-  if space is None or not space.from_training_step:
+  from_step = space is not None and space.from_training_step
+  if not from_step and not batcher.drawer.learns_from_losses:
     return model
   trainer = tf_repulsive.RecordingModel(model, batcher)
   trainer.compile_from_config(model.get_compile_config())
@@ -109,24 +116,29 @@ def fitted_model(model: keras.Model, batcher: tf_repulsive.RepulsiveBatcher,
 
 def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = None,
                  dense_pi: Sequence[float] | None = None,
-                 target_gap_quantile: float | None = None, mixing: float = 0.2) -> tf_repulsive.Sampler:
+                 target_gap_quantile: float | None = None, mixing: float = 0.2,
+                 total_steps: int | None = None, subset_fraction: float = 0.7) -> tf_repulsive.Sampler:
   """A new sampler instance for a --sampler name.
 
   Args:
-    name: one of `ALL_SAMPLER_NAMES`.
+    name: one of `TRAINING_SAMPLER_NAMES`.
     neighbors: K of the mingling index (the paper's appendix uses 5).
     radius: disk radius; None for half the median pairwise distance, "auto" to calibrate it.
     dense_pi: pi of Dense PDS over the K + 1 mingling values; None for uniform.
     target_gap_quantile: for the mingling samplers on regression targets, the quantile of the
       neighbour gaps beyond which a neighbour's target differs; None for class labels.
     mixing: for the importance samplers, the share of uniform darts.
+    total_steps: for the pruning samplers, the run's step budget (their schedule ends with it).
+    subset_fraction: for RS2, the share of the data in each pass.
 
   Returns:
     The sampler.
 
   Raises:
-    ValueError: for an unknown name.
+    ValueError: for an unknown name, or a pruning sampler without `total_steps`.
   """
+  if name in ("epoch_pruning", "random_pruning") and total_steps is None:
+    raise ValueError(f"--sampler={name} prunes on a schedule of the run's steps: pass total_steps.")
   factories: dict[str, Callable[[], tf_repulsive.Sampler]] = {
       "uniform": tf_repulsive.Uniform,
       "epoch_shuffle": tf_repulsive.EpochShuffle,
@@ -144,9 +156,12 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = 
       "importance": lambda: tf_repulsive.Importance(mixing=mixing),
       "importance_pds": lambda: tf_repulsive.ImportancePDS(radius=radius, mixing=mixing),
       "vanilla_pds_marginals": lambda: tf_repulsive.Marginals(tf_repulsive.VanillaPDS(radius=radius)),
+      "epoch_pruning": lambda: tf_repulsive.EpochPruning(total_steps=total_steps),
+      "random_pruning": lambda: tf_repulsive.RandomPruning(total_steps=total_steps),
+      "rs2": lambda: tf_repulsive.RS2(fraction=subset_fraction),
   }
   if name not in factories:
-    raise ValueError(f"--sampler: unknown sampler {name!r}; choose from {', '.join(ALL_SAMPLER_NAMES)}.")
+    raise ValueError(f"--sampler: unknown sampler {name!r}; choose from {', '.join(TRAINING_SAMPLER_NAMES)}.")
   return factories[name]()
 
 

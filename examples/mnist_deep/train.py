@@ -59,7 +59,7 @@ class Config(settings.Settings):
   data_dir: str | None = settings.setting(None, DATA_DIR_HELP)
   train_fraction: float = settings.setting(0.5, "Fraction of the training split used (paper: half).",
                                            greater_than=0.0, maximum=1.0)
-  sampler: str = settings.setting("uniform", "Mini-batch sampler.", choices=common.ALL_SAMPLER_NAMES)
+  sampler: str = settings.setting("uniform", "Mini-batch sampler.", choices=common.TRAINING_SAMPLER_NAMES)
   dense_pi: tuple[float, ...] | None = settings.setting(
       None, "pi of dense_pds over mingling values 0..K (default uniform).", minimum=0.0)
   neighbors: int = settings.setting(5, "K of the mingling index.", minimum=1)
@@ -278,7 +278,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
   # The train seconds count the batcher's build: its cost is part of training with it.
   started = time.perf_counter()
   sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, radius=config.radius,
-                                dense_pi=config.dense_pi, mixing=config.mixing)
+                                dense_pi=config.dense_pi, mixing=config.mixing, total_steps=config.steps)
   space = common.model_space(config.space, model, refresh_every=config.refresh_every, workdir=workdir,
                              seed=config.seed)
   batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed, features=space,

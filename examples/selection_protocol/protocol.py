@@ -61,7 +61,7 @@ class Arm:
 def parse_arms(text: str) -> tuple[Arm, ...] | None:
   """--arms: comma-separated `sampler[@space][+weighted]`, e.g. `importance@gradient+weighted`; None if empty.
 
-  The sampler is a name of `common.ALL_SAMPLER_NAMES`, the space one of `common.SPACES`
+  The sampler is a name of `common.TRAINING_SAMPLER_NAMES`, the space one of `common.SPACES`
   (default "input"), and "+weighted" weights each element by 1 / its inclusion probability, scaled
   to average 1 per batch (`inclusion_weights="self_normalized"`).
   """
@@ -70,9 +70,9 @@ def parse_arms(text: str) -> tuple[Arm, ...] | None:
     body, weighted = (item[:-len("+weighted")], True) if item.endswith("+weighted") else (item, False)
     sampler, _, space = body.partition("@")
     space = space or "input"
-    if sampler not in common.ALL_SAMPLER_NAMES:
+    if sampler not in common.TRAINING_SAMPLER_NAMES:
       raise ValueError(f"--arms: unknown sampler {sampler!r} in {item!r}; choose from "
-                       f"{', '.join(common.ALL_SAMPLER_NAMES)}.")
+                       f"{', '.join(common.TRAINING_SAMPLER_NAMES)}.")
     if space not in common.SPACES:
       raise ValueError(f"--arms: unknown space {space!r} in {item!r}; choose from {', '.join(common.SPACES)}.")
     arms.append(Arm(sampler, space, weighted))
@@ -87,7 +87,7 @@ class ProtocolConfig(train.Config):
 
   baselines: tuple[str, ...] = settings.setting(
       ("uniform", "epoch_shuffle"), "Baseline samplers, each tuned over --learning_rates x --lr_schedules.",
-      choices=common.ALL_SAMPLER_NAMES)
+      choices=common.TRAINING_SAMPLER_NAMES)
   learning_rates: tuple[float, ...] = settings.setting((3e-5, 1e-4, 3e-4, 1e-3), "Learning rates of the tuning grid.",
                                                        greater_than=0.0)
   lr_schedules: tuple[str, ...] = settings.setting(("constant", "cosine"), "Schedules of the tuning grid.",

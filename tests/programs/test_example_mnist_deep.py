@@ -5,8 +5,10 @@ import pathlib
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from examples import common
 from examples import settings
 from examples.mnist_deep import mnist_npm
 from examples.mnist_deep import train
@@ -128,6 +130,34 @@ def test_baselines_run_through_the_example(tmp_path, sampler):
   for row, expected in zip(read_back, curve):
     assert row["test_error"] == pytest.approx(expected["test_error"])
   assert sweep.finished_curve(tmp_path, 45) is None
+
+
+def _epoch_scalars(log_dir, tag):
+  """The values of the scalar `tag` that Keras' TensorBoard callback wrote per epoch under `log_dir`, in order."""
+  values = []
+  for path in sorted(pathlib.Path(log_dir).rglob("events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      values += [(event.step, float(tf.make_ndarray(value.tensor))) for value in event.summary.value
+                 if value.tag == tag]
+  return [value for _, value in sorted(values)]
+
+
+@pytest.mark.parametrize("sampler", ["epoch_pruning", "rs2"])
+def test_selection_in_the_training_step_runs_through_the_example(tmp_path, sampler):
+  # Epoch pruning needs the losses its RecordingModel records: fitting the bare model fails at
+  # fit's start, so a finished run shows the example wrapped it.
+  config = train.Config(sampler=sampler, steps=30, eval_every=15, train_fraction=0.2)
+  curve = train.train_and_evaluate(config, tmp_path, verbose=0)
+  assert [row["step"] for row in curve] == [0, 15, 30]
+  if sampler == "epoch_pruning":
+    # The pass in force at step 15 (before prune_until x 30 steps) leaves out some elements.
+    shares = _epoch_scalars(tmp_path / "tensorboard", "epoch_sampler_pass_share")
+    assert len(shares) == 2 and shares[0] < 1.0
+
+
+def test_pruning_needs_the_runs_step_budget():
+  with pytest.raises(ValueError, match="total_steps"):
+    common.make_sampler("random_pruning")
 
 
 def test_label_noise_flips_exactly_the_fraction_of_training_and_validation_labels_and_no_test_label():

@@ -15,7 +15,6 @@ A sampler written `name@radius` uses that --radius ("auto" or a number).
 
 from __future__ import annotations
 
-import csv
 import os
 import pathlib
 import time
@@ -75,10 +74,8 @@ def steps_to_target(run_dir: pathlib.Path, target_error: float) -> list[int | No
   """Per seed, the first evaluated step with test error <= target (None: never)."""
   result = []
   for seed_dir in sorted(run_dir.glob("seed_*")):
-    with open(seed_dir / "eval.csv") as handle:
-      reached = [int(row["step"]) for row in csv.DictReader(handle)
-                 if common.error_at_most(common.with_errors({name: float(value) for name, value in row.items()}),
-                                         100 * target_error)]
+    reached = [int(row["step"]) for row in common.read_evaluations(seed_dir / "eval.csv")
+               if common.error_at_most(common.with_errors(row), 100 * target_error)]
     result.append(reached[0] if reached else None)
   return result
 

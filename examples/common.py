@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import csv
 import fractions
+import functools
+import os
 import pathlib
+import subprocess
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -188,14 +191,39 @@ def sampler_callbacks(batcher: tf_repulsive.RepulsiveBatcher, model_inputs: Any 
   return callbacks
 
 
+@functools.cache
+def checkout_commit() -> str:
+  """The commit of the checkout these examples run from, "+dirty" with uncommitted changes; "unknown" without git."""
+  root = pathlib.Path(__file__).resolve().parents[1]
+  try:
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
+                            check=True, timeout=30).stdout.strip()
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                             capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return "unknown"
+  return commit + ("+dirty" if changed else "")
+
+
+def read_evaluations(path: str | pathlib.Path) -> list[dict[str, Any]]:
+  """The rows of a `PeriodicEvaluation` CSV: every column a float but "commit", a string."""
+  with pathlib.Path(path).open(newline="") as handle:
+    return [{name: value if name == "commit" else float(value) for name, value in row.items()}
+            for row in csv.DictReader(handle)]
+
+
 class PeriodicEvaluation(keras.callbacks.Callback):
   """Evaluates every `every_steps` optimizer steps; appends (step, train seconds, metrics) to a CSV and TensorBoard.
 
-  Keeps the curve in `self.history` as a list of dicts with "step", "train_seconds", the
-  model's metrics and "<prefix>_examples", the number of elements evaluated (so that errors
-  compare as counts of mistakes, `error_at_most`). "train_seconds" is the wall-clock from
-  `started` to the evaluation, less the time spent evaluating: training with everything its
-  callbacks do (a batcher's feature refreshes).
+  Keeps the curve in `self.history` as a list of dicts with "step", "train_seconds",
+  "cpu_seconds", "load_average", "commit", the model's metrics and "<prefix>_examples", the
+  number of elements evaluated (so that errors compare as counts of mistakes, `error_at_most`).
+  "train_seconds" is the wall-clock from `started` to the evaluation, less the time spent
+  evaluating: training with everything its callbacks do (a batcher's feature refreshes).
+  "cpu_seconds" is the process's CPU time (all its threads) over the same span, less the
+  evaluations'. "load_average" is the machine's 1-minute load average at the evaluation: a
+  row beside another job shows it. "commit" is the checkout's `git` commit, "+dirty" with
+  uncommitted changes ("unknown" outside a checkout).
   """
 
   def __init__(self, data: tf.data.Dataset, every_steps: int, csv_path: str | pathlib.Path | None,
@@ -218,7 +246,9 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     self._csv_path = None if csv_path is None else pathlib.Path(csv_path)
     self._writer = None if log_dir is None else tf.summary.create_file_writer(str(log_dir))
     self._started = started
+    self._cpu_started = time.process_time()
     self._evaluating_seconds = 0.0
+    self._evaluating_cpu_seconds = 0.0
     # The number of elements of each dataset, counted at the first evaluation.
     self._examples: dict[str, int] = {}
     self.history: list[dict[str, float]] = []
@@ -230,10 +260,11 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     step = self._step()
     if self.history and self.history[-1]["step"] == step:
       return
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     assert self._started is not None  # set when training begins
-    train_seconds = began - self._started - self._evaluating_seconds
-    row = {"step": step, "train_seconds": train_seconds}
+    row = {"step": step, "train_seconds": began - self._started - self._evaluating_seconds,
+           "cpu_seconds": cpu_began - self._cpu_started - self._evaluating_cpu_seconds,
+           "load_average": os.getloadavg()[0], "commit": checkout_commit()}
     for prefix, data in self._data.items():
       results = self.model.evaluate(data, verbose=0, return_dict=True)
       row.update({f"{prefix}_{name}": float(value) for name, value in results.items()})
@@ -241,6 +272,7 @@ class PeriodicEvaluation(keras.callbacks.Callback):
         self._examples[prefix] = sum(int(tf.shape(tf.nest.flatten(batch)[0])[0]) for batch in data)
       row[f"{prefix}_examples"] = self._examples[prefix]
     self._evaluating_seconds += time.perf_counter() - began
+    self._evaluating_cpu_seconds += time.process_time() - cpu_began
     self.history.append(row)
     if self._csv_path is not None:
       self._csv_path.parent.mkdir(parents=True, exist_ok=True)
@@ -253,7 +285,7 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     if self._writer is not None:
       with self._writer.as_default(step=step):
         for name, value in row.items():
-          if name != "step":
+          if name not in ("step", "commit"):
             tf.summary.scalar(name, value)
       self._writer.flush()
 

@@ -8,7 +8,6 @@ read, not retrained, so an interrupted or extended sweep (more samplers, more se
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import pathlib
 
@@ -58,8 +57,7 @@ def finished_curve(run_dir: pathlib.Path, steps: int) -> list[dict[str, float]] 
   path = run_dir / "eval.csv"
   if not path.exists():
     return None
-  with path.open(newline="") as handle:
-    rows = [{name: float(value) for name, value in row.items()} for row in csv.DictReader(handle)]
+  rows = common.read_evaluations(path)
   # Curves written before the train seconds were recorded have none.
   rows = [{"train_seconds": float("nan"), **row} for row in rows]
   if not rows or rows[-1]["step"] != steps:

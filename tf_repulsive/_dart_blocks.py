@@ -43,6 +43,7 @@ def traced_draws(config: DrawConfig) -> tf.types.experimental.PolymorphicFunctio
   """
   return tf.function(functools.partial(draws, config), autograph=False)
 
+
 def draws(config: DrawConfig, state: dict[str, tf.Tensor], key: tf.Tensor, first_step: tf.Tensor, num_draws: tf.Tensor,
           radius_scale: tf.Tensor, max_darts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """`BlockDraws.draws` of `config` on the per-dataset tensors `state` (`DrawState.arguments`): what a trace runs."""

@@ -19,10 +19,12 @@ fi
 ./scripts/setup_env.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
-# --dist loadfile: a module's tests share one process, so its module fixtures (servers, subprocess
-# runs) are set up once. --max-worker-restart=0: a process that crashes fails the run at once;
-# pytest-xdist's loadfile scheduling can wait forever after replacing a crashed process.
-pytest=(.venv/bin/python -m pytest -q -n 2 --dist loadfile --max-worker-restart=0)
+# --dist loadgroup: tests go to whichever process is free, except that a module marked with an
+# xdist_group (one with costly module fixtures: servers, subprocess runs) runs in one process, so
+# its fixtures are set up once. Spreading the other modules' tests evens out the two processes.
+# --max-worker-restart=0: a process that crashes fails the run at once; pytest-xdist can wait
+# forever after replacing a crashed process.
+pytest=(.venv/bin/python -m pytest -q -n 2 --dist loadgroup --max-worker-restart=0)
 if $fast; then
   exec "${pytest[@]}" -m "not slow" "$@"
 fi

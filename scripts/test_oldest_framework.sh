@@ -17,5 +17,5 @@ fi
     "pytest>=9" "pytest-xdist>=3.5" "hypothesis>=6.100" "absl-py>=1.4" "scikit-learn>=1.3"
 .venv-oldest/bin/python -m pip install -q --no-deps -e .
 .venv-oldest/bin/python -c "import keras, tensorflow as tf; print('TensorFlow', tf.__version__, 'Keras', keras.__version__)"
-exec .venv-oldest/bin/python -m pytest -q -n 2 --dist loadfile --max-worker-restart=0 -p no:cacheprovider \
+exec .venv-oldest/bin/python -m pytest -q -n 2 --dist loadgroup --max-worker-restart=0 -p no:cacheprovider \
     tests/package/test_pipeline.py tests/integration/test_checkpoints.py tests/package/test_callback.py tests/integration/test_compositions.py "$@"

@@ -19,7 +19,7 @@ import tensorflow as tf
 import checkpoint_cases as cases
 
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_checkpoints")]
 
 _FRESH_PROCESS_SECONDS = 600
 

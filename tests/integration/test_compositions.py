@@ -34,6 +34,7 @@ def _model(dim=4):
 
 # Keras' element conventions.
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weights", ["y % 3", "ones"])
 def test_sample_weights_are_never_the_labels(weights):
   x, y = _points()

@@ -19,7 +19,7 @@ import tf_repulsive
 from tf_repulsive import _pipeline
 
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_distributed")]
 
 _SECONDS = 300
 

@@ -259,6 +259,7 @@ class _UniformReadingLabels(tf_repulsive.Uniform):
   needs_labels = True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [300, 4096, 4097, 9000])
 def test_unknown_and_known_sizes_read_the_same_elements_in_order(size):
   x, y = _points(size)

@@ -17,7 +17,7 @@ import tensorflow as tf
 import keras_resume_run as run
 
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_keras_resume")]
 
 _SECONDS = 300
 

@@ -29,6 +29,7 @@ def _pipeline(size=60, batch_size=1, seed=0):
   return batcher, batches, x, y
 
 
+@pytest.mark.slow
 def test_single_draws_follow_the_weights():
   batcher, _, _, _ = _pipeline(size=8)
   state = batcher.drawer.state

@@ -86,6 +86,7 @@ def _assert_consumed_draws(digits, batcher, recorder, first_step, num_steps):
     assert fingerprint == pytest.approx(_expected_fingerprint(digits, batcher, step), rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("steps_per_epoch,repeat", [(None, False), (25, True)])
 def test_batch_of_step_n_is_the_draw_for_n(digits, steps_per_epoch, repeat):
   batcher, recorder = _fit(digits, tf_repulsive.AnnealPDS(), epochs=3, steps_per_epoch=steps_per_epoch,
@@ -107,6 +108,7 @@ def test_a_stream_that_ends_starts_every_epoch_at_the_optimizer_step(digits, ste
   _assert_consumed_draws(digits, batcher, recorder, 0, 21)
 
 
+@pytest.mark.slow
 def test_a_stream_that_fit_begins_again_within_an_epoch_is_refused(digits):
   # take(3).repeat() with 5 steps per epoch: the stream would begin again at step 3 with the
   # epoch's start, repeating steps 0-1.
@@ -117,6 +119,7 @@ def test_a_stream_that_fit_begins_again_within_an_epoch_is_refused(digits):
               callbacks=[tf_repulsive.AnnealingCallback(batcher)])
 
 
+@pytest.mark.slow
 def test_a_fixed_start_stream_that_fit_begins_again_is_refused(digits):
   model, _ = _model()
   batcher, batches = _digits_batcher(digits, tf_repulsive.VanillaPDS(), start_step=0)
@@ -176,6 +179,7 @@ def test_a_second_fit_continues_at_the_optimizer_step(digits, same_pipeline):
   _assert_consumed_draws(digits, batcher, recorder, 36, 36)
 
 
+@pytest.mark.slow
 def test_anneal_starts_easy_then_follows_h(digits):
   features, labels = digits
   values = np.round(tf_repulsive.mingling_index(features, labels, 5) * 5).astype(int)
@@ -233,6 +237,7 @@ def test_fit_without_steps_per_epoch_is_refused(digits):
     model.fit(batches, epochs=1, verbose=0, callbacks=[tf_repulsive.AnnealingCallback(batcher)])
 
 
+@pytest.mark.slow
 def test_a_fixed_start_that_does_not_match_the_optimizer_is_refused(digits):
   model, _ = _model()
   model.optimizer.build(model.trainable_variables)

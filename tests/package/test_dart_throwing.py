@@ -139,6 +139,7 @@ def test_equals_sequential_dart_throwing_with_one_radius_and_duplicate_points(su
     assert indices[:len(expected)].tolist() == expected and fallback == 20 - len(expected)
 
 
+@pytest.mark.slow
 def test_equals_sequential_dart_throwing_with_tight_blocks_in_high_dimensions(survival_test):
   # The grid in 600 dimensions (zeros past the first two): distances stay exact integers, and a
   # block aims for exactly the points a step still needs, so blocks that fall short are common.

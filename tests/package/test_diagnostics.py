@@ -15,6 +15,9 @@ import tensorflow as tf
 import tf_repulsive
 from tf_repulsive import diagnostics
 
+# One process runs the module, so that its module fixtures are computed once.
+pytestmark = pytest.mark.xdist_group("test_diagnostics")
+
 _K = 20
 _DRAWS = 200
 
@@ -149,6 +152,7 @@ def test_vanilla_pds_reduces_variance_of_linear_model(digit_gradients, digit_dra
   assert "uniform (exact)" in table and "vanilla" in table and "total/unif" in table
 
 
+@pytest.mark.slow
 def test_gradient_variance_end_to_end(digits):
   x, y = digits[0][:300], digits[1][:300]
   model = _linear_softmax()

@@ -46,6 +46,7 @@ def test_the_last_batch_of_an_epoch_is_completed_from_the_start_of_its_order():
     assert len(set(last_batch)) == 10
 
 
+@pytest.mark.slow
 def test_orders_are_uniform_over_positions_and_adjacent_pairs():
   # N = 7 walks the Feistel domain of 16 (cycle walking on most draws); k = N makes each step an epoch.
   num_points, epochs = 7, 2100
@@ -64,6 +65,7 @@ def test_orders_are_uniform_over_positions_and_adjacent_pairs():
   assert stats.chi2.sf(pair_chi2, num_points * (num_points - 1) - 1) > 1e-3
 
 
+@pytest.mark.slow
 def test_seeds_give_different_orders_and_the_same_seed_the_same():
   _, first = _epochs(50, 5, epochs=2, seed=1)
   _, again = _epochs(50, 5, epochs=2, seed=1)

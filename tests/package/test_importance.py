@@ -64,6 +64,7 @@ def _drawn_sets(batcher):
   return np.concatenate(draws)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler, radius", [
     (tf_repulsive.Importance(mixing=MIXING), 0.0),
     (tf_repulsive.ImportancePDS(radius=RADIUS, mixing=MIXING), RADIUS),
@@ -154,6 +155,7 @@ def test_features_without_finite_norms_are_refused():
     tf.data.Dataset.from_tensor_slices(features).apply(batcher)
 
 
+@pytest.mark.slow
 def test_mixing_one_draws_every_element_alike():
   features = np.exp(np.linspace(-3, 3, 50))[:, None].astype(np.float32)
   batcher = tf_repulsive.repulsive_batch(5, tf_repulsive.Importance(mixing=1.0), seed=SEED, start_step=0)

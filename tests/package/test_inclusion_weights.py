@@ -112,6 +112,7 @@ class _FixedSubsets(tf_repulsive.Sampler):
     return Drawer()
 
 
+@pytest.mark.slow
 def test_unbiased_weights_make_the_batch_loss_the_data_mean_and_self_normalized_ones_are_biased():
   # Six points with per-element "losses" l; three 3-subsets. The crowded subset {0, 1, 2} holds
   # the small losses and comes most often.
@@ -138,6 +139,7 @@ def test_unbiased_weights_make_the_batch_loss_the_data_mean_and_self_normalized_
   assert abs(ratio - losses.mean()) > 10 * error
 
 
+@pytest.mark.slow
 def test_unbiased_weights_are_k_over_n_pi_and_uniform_batches_weigh_one():
   x, y = _data()
   batcher = tf_repulsive.repulsive_batch(BATCH, tf_repulsive.VanillaPDS(radius=0.8), seed=SEED, start_step=0,
@@ -198,6 +200,7 @@ def test_replica_slices_carry_the_weights_of_the_global_batch():
     np.testing.assert_allclose(np.concatenate([first[2], second[2]]), _expected_weights(batcher, step), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_fit_minimises_the_weighted_loss():
   x, y = _data()
 

@@ -273,6 +273,7 @@ def test_dense_pds_on_targets_draws_only_the_values_pi_weights():
     assert np.all(values[indices] >= 1)
 
 
+@pytest.mark.slow
 def test_easy_pds_on_targets_favours_the_points_beside_the_step():
   features, _, dataset = _step_dataset()
   batcher = tf_repulsive.repulsive_batch(30, tf_repulsive.EasyPDS(radius="auto", target_gap_quantile=0.9), seed=0,

@@ -250,6 +250,7 @@ def test_bad_model_space_arguments_are_refused_before_reading():
     fixed.refresh_features(0)
 
 
+@pytest.mark.slow
 def test_fit_refuses_another_model_and_executions_that_span_a_refresh():
   x, y = _data()
   model = _model()
@@ -362,6 +363,7 @@ def test_keras_sample_weight_elements_keep_their_weights_and_features_come_from_
   np.testing.assert_array_equal(batch_weights, weights[expected[0]])
 
 
+@pytest.mark.slow
 def test_inputs_fn_maps_elements_the_model_does_not_take_as_they_are():
   """Elements [N, 2, 4] (a clean and a noisy copy) of which the model takes the clean row."""
   x, y = _data()

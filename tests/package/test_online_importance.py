@@ -37,6 +37,7 @@ def _selections(trainer, x, y, steps):
   return [tuple(value.numpy() for value in select(tf.constant(step, tf.int64))) for step in range(steps)]
 
 
+@pytest.mark.slow
 def test_above_the_threshold_draws_follow_the_scores_and_the_weighted_loss_is_unbiased():
   x, y = _data()
   model = _model()
@@ -105,6 +106,7 @@ def _fit(threshold, jit_compile="auto", epochs=3):
   return trainer, model, batcher, history.history
 
 
+@pytest.mark.slow
 def test_fit_switches_by_tau_and_a_custom_loop_trains_the_same_steps():
   calls = [layer.call for layer in _model().layers]
   trainer, model, batcher, history = _fit(threshold=1.02)

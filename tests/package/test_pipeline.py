@@ -44,6 +44,7 @@ def test_batches_have_the_structure_of_dataset_batch(digits):
   assert batcher.steps_per_epoch == int(np.ceil(len(labels) / 32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_sampler", [
     tf_repulsive.Uniform, tf_repulsive.VanillaPDS, tf_repulsive.EasyPDS, tf_repulsive.AnnealPDS,
     lambda: tf_repulsive.DensePDS([1, 1, 1, 1, 1, 1])])
@@ -163,6 +164,7 @@ def test_one_sampler_configures_many_pipelines(digits):
   assert second.num_points == 600 and first.num_points == len(digits[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", [tf_repulsive.VanillaPDS(), tf_repulsive.VanillaPDS(radius="auto"),
                                      tf_repulsive.AnnealPDS(), tf_repulsive.KDPP()],
                          ids=["default radius", "auto radius", "anneal", "k-DPP"])
@@ -255,6 +257,7 @@ def test_a_radius_too_large_for_the_batch_warns_at_build_time(digits):
     _digits_pipeline(digits, tf_repulsive.Uniform(), batch_size=50)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distance_cache_bytes", [2**29, 0])
 def test_batch_indices_recomputes_what_the_pipeline_drew(digits, distance_cache_bytes):
   batcher, batches = _digits_pipeline(digits, EasyPDSWithCache(), distance_cache_bytes=distance_cache_bytes)
@@ -274,6 +277,7 @@ def test_batches_do_not_repeat_over_many_steps(digits, make_sampler):
   assert len(draws) == 600
 
 
+@pytest.mark.slow
 def test_uniform_inclusion_is_uniform():
   for size, batch_size, max_batches in ((40, 8, 600), (12, 11, 600)):
     batcher = tf_repulsive.repulsive_batch(batch_size, tf_repulsive.Uniform(), seed=3)

@@ -84,6 +84,7 @@ def _chi2(absent, probabilities, count):
   return statistic, stats.chi2.ppf(0.999, np.count_nonzero(free))
 
 
+@pytest.mark.slow
 def test_a_pass_prunes_each_below_mean_element_at_the_ratio_and_the_control_prunes_regardless_of_loss():
   count, ratio = 600, 0.5
   losses = np.random.default_rng(1).exponential(size=NUM_POINTS).astype(np.float32)
@@ -110,6 +111,7 @@ def test_a_pass_prunes_each_below_mean_element_at_the_ratio_and_the_control_prun
     np.testing.assert_allclose(np.unique(weights[present == 1]), [1.0, 1 / (1 - pruned_share)], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_irreducible_loss_is_subtracted_before_the_mean():
   losses = np.linspace(0.0, 1.0, NUM_POINTS, dtype=np.float32)
   # Subtracting the loss itself on the first half leaves 0 there: below the mean, the rest above.
@@ -120,6 +122,7 @@ def test_the_irreducible_loss_is_subtracted_before_the_mean():
 
 # The passes of a stream.
 
+@pytest.mark.slow
 def test_pass_zero_holds_every_element_and_later_passes_each_kept_element_once_until_the_budget_ends():
   total_steps = 60
   batcher, stream = _batcher(tf_repulsive.EpochPruning(total_steps=total_steps, prune_until=0.5))
@@ -149,6 +152,7 @@ def test_pass_zero_holds_every_element_and_later_passes_each_kept_element_once_u
   assert pruned_any
 
 
+@pytest.mark.slow
 def test_a_map_and_a_prefetch_after_the_batcher_deliver_the_same_passes():
   # The prefetch draws ahead: a pass's first draw waits there until the step before it recorded.
   sampler = tf_repulsive.EpochPruning(total_steps=1000)
@@ -163,6 +167,7 @@ def test_a_map_and_a_prefetch_after_the_batcher_deliver_the_same_passes():
   assert expected[-1][2] >= 2
 
 
+@pytest.mark.slow
 def test_the_stream_weighs_each_element_by_the_pass_state():
   batcher, stream = _batcher(tf_repulsive.EpochPruning(total_steps=1000))
   steps = _run(batcher, iter(stream), 0, 40)
@@ -197,6 +202,7 @@ def test_an_iterator_checkpoint_with_the_sampler_state_resumes_the_uninterrupted
       assert index == expected[2]
 
 
+@pytest.mark.slow
 def test_a_stream_without_the_recorded_losses_fails_after_its_timeout_naming_the_fix():
   batcher, stream = _batcher(tf_repulsive.EpochPruning(total_steps=100, timeout_seconds=0.2))
   iterator = iter(stream)
@@ -260,6 +266,7 @@ def test_fit_records_each_elements_loss_before_its_update_and_leaves_the_model_u
   assert int(batcher.sampler_state.recorded_through.numpy()) == through == 29
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_the_recording_model_carries_the_sampler_state(tmp_path):
   batcher, stream = _batcher(tf_repulsive.EpochPruning(total_steps=30), start_step=None)
   trainer = tf_repulsive.RecordingModel(_model(), batcher)
@@ -352,6 +359,7 @@ def test_bad_arguments_and_pipelines_are_refused_with_the_argument_named(tmp_pat
     tf_repulsive.RecordingModel(_model(), batcher, per_element_loss=3)
 
 
+@pytest.mark.slow
 def test_fit_of_the_model_itself_a_list_of_losses_or_a_service_stream_is_refused(monkeypatch):
   batcher, stream = _batcher(tf_repulsive.EpochPruning(total_steps=30), start_step=None)
   model = _model()

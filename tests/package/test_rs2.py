@@ -41,6 +41,7 @@ def test_a_cycle_holds_every_element_once_in_passes_of_the_fraction(num_points, 
     np.testing.assert_array_equal(batcher.batch_indices(step), delivered[step])
 
 
+@pytest.mark.slow
 def test_a_pass_is_a_uniform_subset():
   num_points, batch_size, cycles = 40, 5, 1500
   batcher, _ = _batcher(num_points, batch_size, 0.25, seed=2)  # passes of 10 elements, 2 steps each

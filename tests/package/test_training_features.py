@@ -60,6 +60,7 @@ def _train(batcher, trainer, iterator, steps, first=0):
   return indices, weights
 
 
+@pytest.mark.slow
 def test_the_table_holds_each_trained_elements_features_from_its_last_step_and_the_rest_keep_theirs():
   x, y = _data()
   model = _model()
@@ -150,6 +151,7 @@ def test_a_restored_table_and_model_continue_with_the_uninterrupted_batches(tmp_
     np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_fit_records_every_step_behind_a_prefetch_and_logs_them_beside_the_refreshes(tmp_path, jit_compile):
   x, y = _data()
@@ -182,6 +184,7 @@ def test_fit_records_every_step_behind_a_prefetch_and_logs_them_beside_the_refre
     np.testing.assert_allclose(features, expected, rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
 
 
+@pytest.mark.slow
 def test_a_new_batcher_rebuilds_the_table_from_the_directory_at_any_step(tmp_path):
   x, y = _data()
   data = tf.data.Dataset.from_tensor_slices((x, y))
@@ -268,6 +271,7 @@ def test_a_source_without_last_layer_features_and_a_fit_of_the_bare_model_are_re
     tf_repulsive.RecordingModel(_model(), batcher)
 
 
+@pytest.mark.slow
 def test_the_loss_and_the_embedding_come_from_the_training_step_too():
   x, y = _data()
   for source, expected_dim in ((tf_repulsive.LossFeatures(), 1), (tf_repulsive.EmbeddingFeatures(), 16)):

@@ -27,7 +27,7 @@ from conftest import draw_steps
 import tf_repulsive
 
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_example_speech_commands")]
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
 _TOOLS_MISSING = shutil.which("espeak-ng") is None or shutil.which("sox") is None

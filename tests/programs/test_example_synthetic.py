@@ -15,7 +15,7 @@ import tf_repulsive
 from conftest import pairwise_distances
 
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_example_synthetic")]
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 RADIUS = synthetic.Config().radius

@@ -1,9 +1,9 @@
 r"""Selection that needs no extra pass against tuned and matched baselines (docs/results/second_comparison.md).
 
 Tunes the baselines, names the comparator and the targets, tunes the matched baseline and every
-arm, then runs them all with paired seeds, round-robin, and writes `<workdir>/choices.md` and
-`<workdir>/summary.md`. Takes every flag of examples.mnist_deep.main (so its flagfiles) plus the
-protocol's; finished runs are read, not rerun.
+arm, then runs them all with paired seeds, round-robin, and writes `<workdir>/choices.md`,
+`<workdir>/summary.md` and `<workdir>/errors.png`. Takes every flag of examples.mnist_deep.main
+(so its flagfiles) plus the protocol's; finished runs are read, not rerun.
 
   python -m examples.second_comparison.main --flagfile=configs/second_comparison_smoke.flags
   python -m examples.second_comparison.main --flagfile=configs/second_comparison_mnist1d.flags \

@@ -15,7 +15,8 @@ so its flagfiles apply), per condition:
 4. Evaluation. Every tuned config runs with every evaluation seed; the runs of a seed run one
    after another, in an order rotated by one from seed to seed.
 5. Summary. Per arm, paired seconds to each target against the comparator (and, for the arms of
-   budget S, against the matched baseline), with the symmetric rule of `decision.verdict`.
+   budget S, against the matched baseline), with the symmetric rule of `decision.verdict`; and a
+   figure of the validation and test error against train seconds (`plot_errors`).
 
 A grid whose winning learning rate is at an end grows by one step of the 1-3-10 ladder beyond
 that end and is scored again, at most `grid_extensions` times. The choices, comparator and
@@ -249,7 +250,9 @@ class ConditionProtocol:
     return tuned, comparator, targets
 
   def run(self) -> str:
-    """Tunes, names the comparator and targets, evaluates and summarises; writes `choices.md` and `summary.md`.
+    """Tunes, names the comparator and targets, evaluates and summarises.
+
+    Writes `choices.md` before the evaluation runs, then `summary.md` and `errors.png` (`plot_errors`).
 
     Returns:
       The summary (markdown).
@@ -265,6 +268,7 @@ class ConditionProtocol:
     summary = "\n\n".join([choices, evaluation_text(self.config, tuned, curves, comparator, targets),
                            irreducible_text(self.irreducible_file.parent / "cost.json")]) + "\n"
     (self.workdir / "summary.md").write_text(summary)
+    plot_errors(curves, targets, self.workdir / "errors.png")
     return summary
 
 
@@ -338,6 +342,43 @@ def evaluation_text(config: ComparisonConfig, tuned: Mapping[str, Tuned], curves
       "## Verdicts (seconds to the targets, arm minus baseline, paired by seed)",
       common.markdown_table(["sampler", "vs", "Δ seconds to T50, median [95% CI]",
                              "Δ seconds to T90, median [95% CI]", "reached T50 / T90", "verdict"], verdict_rows)])
+
+
+def _median_curve(runs: Sequence[Curve], prefix: str) -> tuple[np.ndarray, np.ndarray]:
+  """Per evaluation step, the median over runs of the train seconds and of the `prefix` error in percent."""
+  seconds = np.median([[row["train_seconds"] for row in run] for run in runs], axis=0)
+  errors = np.median([[100 * decision.mistakes(row, prefix) / row[f"{prefix}_examples"] for row in run]
+                      for run in runs], axis=0)
+  return seconds, errors
+
+
+def plot_errors(curves: Mapping[str, list[Curve]], targets: Sequence[int], path: pathlib.Path) -> None:
+  """Validation and test error against train seconds, the median over seeds per sampler, as a PNG.
+
+  The validation panel draws the targets T50 and T90 as dotted lines (one line when they are equal).
+  """
+  plt = common.pyplot()
+  figure, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+  examples = next(iter(curves.values()))[0][-1]["validation_examples"]
+  for axis, prefix in zip(axes, ("validation", "test")):
+    for index, (name, runs) in enumerate(curves.items()):
+      seconds, errors = _median_curve(runs, prefix)
+      # The baselines draw solid, the arms dashed, so that a colour reused by the cycle stays readable.
+      axis.plot(seconds, errors, label=name, linestyle="-" if name in (*BASELINES, MATCHED) else "--",
+                color=f"C{index % 10}")
+    # A log scale: the error falls by an order of magnitude, and the targets lie near its floor.
+    axis.set(xlabel="train seconds (median over seeds)", ylabel=f"{prefix} error, % (median over seeds)",
+             title=prefix, yscale="log")
+    axis.grid(True, which="both", alpha=0.3)
+  for target in sorted(set(targets)):
+    name = " = ".join(name for name, value in zip(("T50", "T90"), targets) if value == target)
+    axes[0].axhline(100 * target / examples, color="black", linestyle=":", linewidth=1)
+    axes[0].annotate(name, (axes[0].get_xlim()[1], 100 * target / examples), ha="right", va="bottom", fontsize=8)
+  axes[1].legend(fontsize=8, frameon=False)
+  figure.tight_layout()
+  # No software name in the file, so that the same curves give the same bytes.
+  figure.savefig(path, dpi=100, metadata={"Software": None})
+  plt.close(figure)
 
 
 def irreducible_text(cost_file: pathlib.Path) -> str:

@@ -113,6 +113,7 @@ def test_the_protocol_names_its_comparator_by_validation_and_rules_symmetrically
                           lambda config: test_base[config.sampler] * rate_factor(config), load).install(monkeypatch)
   summary = runner.ConditionProtocol(_config(), workdir).run()
   assert (workdir / "summary.md").read_text() == summary
+  assert (workdir / "errors.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert "Comparator: **epoch_shuffle**, lr=0.001,constant." in summary
   # T50: epoch shuffling's mistakes at step 20 (90 - 1.5 x 20); T90: at step 30, the last evaluation by step 36.
   assert "T50 = 60 mistakes (step 20), T90 = 45 mistakes (step 36). Budget S = 20 steps." in summary

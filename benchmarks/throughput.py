@@ -41,6 +41,8 @@ _SAMPLERS_BY_NAME = {
     "easy_pds": tf_repulsive.EasyPDS,
     "dense_pds": lambda: tf_repulsive.DensePDS(pi=[1.0] * 6),
     "anneal_pds": tf_repulsive.AnnealPDS,
+    "epoch_shuffle": tf_repulsive.EpochShuffle,
+    "rs2": lambda: tf_repulsive.RS2(0.7),
 }
 
 

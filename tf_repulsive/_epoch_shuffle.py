@@ -4,7 +4,9 @@ The order of epoch e is a keyed pseudo-random permutation of 0..N-1 evaluated po
 Feistel network over the next power of four, cycle-walked into [0, N)), so the batch of a step
 costs O(k) and is a pure function of (seed, step) like every other sampler's; no N-element
 permutation is ever materialised. (TensorFlow's `index_shuffle` would do the same, but in TF 2.21
-it uses only the low 8 bits of each seed word, so its permutations repeat every 256 epochs.)
+it uses only the low 8 bits of each seed word, so its permutations repeat every 256 epochs.) One
+draw covers up to 16 steps (`MOST_STEPS_PER_DRAW`) in one evaluation of the network, so that
+TensorFlow's cost per op is paid once for all of them.
 """
 
 from __future__ import annotations
@@ -37,21 +39,25 @@ def keyed_permutation(positions: tf.Tensor, round_keys: tf.Tensor, num_points: i
 
   Args:
     positions: int64 tensor of values in [0, num_points).
-    round_keys: `[6]` int64 values in [0, 2**32).
+    round_keys: int64 values in [0, 2**32): `[6]`, one permutation for all of `positions`; or
+      `[S, 6]` with `positions` of shape `[S, m]`, one permutation per row.
     num_points: N >= 1.
 
   Returns:
-    int64 tensor like `positions`: distinct positions map to distinct values in [0, N).
+    int64 tensor like `positions`: distinct positions (of a row) map to distinct values in [0, N).
   """
   half_bits = max(1, math.ceil(math.ceil(math.log2(num_points)) / 2))
   half_mask = (1 << half_bits) - 1
   domain = 1 << (2 * half_bits)
+  # Per row, a column of keys that broadcasts along the row.
+  keys = [round_keys[..., round_index, None] if round_keys.shape.rank == 2 else round_keys[round_index]
+          for round_index in range(_ROUNDS)]
 
   def feistel(x):
     left = tf.bitwise.right_shift(x, half_bits)
     right = tf.bitwise.bitwise_and(x, half_mask)
-    for round_index in range(_ROUNDS):
-      left, right = right, tf.bitwise.bitwise_xor(left, _round_function(right, round_keys[round_index], half_mask))
+    for round_key in keys:
+      left, right = right, tf.bitwise.bitwise_xor(left, _round_function(right, round_key, half_mask))
     return tf.bitwise.bitwise_or(tf.bitwise.left_shift(left, half_bits), right)
 
   # Cycle walking: re-apply the bijection of [0, domain) until the value lands in [0, N). Each
@@ -66,27 +72,50 @@ def keyed_permutation(positions: tf.Tensor, round_keys: tf.Tensor, num_points: i
   return tf.while_loop(outside, walk, [feistel(positions)], maximum_iterations=domain - num_points + 1)[0]
 
 
+def round_keys_of(key: tf.Tensor, orders: tf.Tensor, most_orders: int) -> tf.Tensor:
+  """`[S, 6]`: per step, the round keys of its order (an epoch, a cycle), keyed by `key` and the order.
+
+  Args:
+    key: `[2]` int64 stateless seed.
+    orders: `[S]` int64, ascending, of at most `most_orders` consecutive values.
+    most_orders: a bound on the distinct orders of one draw, known when tracing.
+  """
+  first = orders[0]
+  # One set of keys per order the draw can reach, then each step's: the keys of order e are the
+  # same whichever draw computes them.
+  table = tf.stack([
+      tf.random.stateless_uniform([_ROUNDS], tf.random.experimental.stateless_fold_in(key, first + offset),
+                                  minval=0, maxval=2**32, dtype=tf.int64)
+      for offset in range(most_orders)])
+  return tf.gather(table, orders - first)
+
+
+def most_orders_per_draw(steps_per_draw: int, steps_per_order: int) -> int:
+  """How many consecutive orders S consecutive steps can reach, at `steps_per_order` steps each."""
+  return min(steps_per_draw, (steps_per_draw - 1) // steps_per_order + 2)
+
+
 class _EpochOrderDrawer(_contract.BatchDrawer):
-  """Step n is batch n mod S of epoch n div S (S = ceil(N / k)) of that epoch's order."""
+  """Step n is batch n mod E of epoch n div E (E = ceil(N / k)) of that epoch's order."""
 
-
-  def __init__(self, num_points: int, batch_size: int):
+  def __init__(self, num_points: int, batch_size: int, steps_per_draw: int):
     self._num_points = num_points
     self._batch_size = batch_size
     self._steps_per_epoch = math.ceil(num_points / batch_size)
+    self.steps_per_draw = steps_per_draw
+    self._most_epochs = most_orders_per_draw(steps_per_draw, self._steps_per_epoch)
 
   @tf.autograph.experimental.do_not_convert
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    epoch = first_step // self._steps_per_epoch
-    first = (first_step % self._steps_per_epoch) * self._batch_size
-    positions = first + tf.range(self._batch_size, dtype=tf.int64)
+    steps = first_step + tf.range(self.steps_per_draw, dtype=tf.int64)
+    first = (steps % self._steps_per_epoch) * self._batch_size
+    positions = first[:, None] + tf.range(self._batch_size, dtype=tf.int64)
     # The last batch of an epoch runs past N when k does not divide N: it continues with the
     # first elements of the same order, which are not among its own (the batch stays distinct).
     positions = tf.where(positions >= self._num_points, positions - self._num_points, positions)
-    epoch_key = tf.random.experimental.stateless_fold_in(key, epoch)
-    round_keys = tf.random.stateless_uniform([_ROUNDS], epoch_key, minval=0, maxval=2**32, dtype=tf.int64)
+    round_keys = round_keys_of(key, steps // self._steps_per_epoch, self._most_epochs)
     indices = keyed_permutation(positions, round_keys, self._num_points)
-    return tf.cast(indices, tf.int32)[None], tf.zeros([1], tf.int32)
+    return tf.cast(indices, tf.int32), tf.zeros([self.steps_per_draw], tf.int32)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -102,4 +131,4 @@ class EpochShuffle(_contract.Sampler):
   """
 
   def build(self, context: _contract.SamplingContext) -> _contract.BatchDrawer:
-    return _EpochOrderDrawer(context.features.shape[0], context.batch_size)
+    return _EpochOrderDrawer(context.features.shape[0], context.batch_size, context.max_steps_per_draw)

@@ -23,7 +23,7 @@ from tf_repulsive import _epoch_shuffle
 class _SubsetDrawer(_contract.BatchDrawer):
   """Step n: cycle c, pass j of it, batch b of the pass, over cycle c's keyed permutation."""
 
-  def __init__(self, num_points: int, batch_size: int, pass_size: int):
+  def __init__(self, num_points: int, batch_size: int, pass_size: int, steps_per_draw: int):
     self._num_points = num_points
     self._batch_size = batch_size
     passes = num_points // pass_size
@@ -36,22 +36,23 @@ class _SubsetDrawer(_contract.BatchDrawer):
     self._last_steps = math.ceil(self._last_size / batch_size)
     self.steps_per_cycle = (passes - 1) * self._steps + self._last_steps
     self.report = {"pass_size": float(pass_size), "passes_per_cycle": float(passes)}
+    self.steps_per_draw = steps_per_draw
+    self._most_cycles = _epoch_shuffle.most_orders_per_draw(steps_per_draw, self.steps_per_cycle)
 
   @tf.autograph.experimental.do_not_convert
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    cycle = first_step // self.steps_per_cycle
-    in_cycle = first_step % self.steps_per_cycle
+    steps = first_step + tf.range(self.steps_per_draw, dtype=tf.int64)
+    in_cycle = steps % self.steps_per_cycle
     passes_before = tf.minimum(in_cycle // self._steps, self._passes - 1)
     batch = in_cycle - passes_before * self._steps
     size = tf.where(passes_before == self._passes - 1, tf.constant(self._last_size, tf.int64),
-                    tf.constant(self._pass_size, tf.int64))
-    slots = batch * self._batch_size + tf.range(self._batch_size, dtype=tf.int64)
+                    tf.constant(self._pass_size, tf.int64))[:, None]
+    slots = (batch * self._batch_size)[:, None] + tf.range(self._batch_size, dtype=tf.int64)
     slots = tf.where(slots >= size, slots - size, slots)
-    positions = passes_before * self._pass_size + slots
-    cycle_key = tf.random.experimental.stateless_fold_in(key, cycle)
-    round_keys = tf.random.stateless_uniform([6], cycle_key, minval=0, maxval=2**32, dtype=tf.int64)
+    positions = (passes_before * self._pass_size)[:, None] + slots
+    round_keys = _epoch_shuffle.round_keys_of(key, steps // self.steps_per_cycle, self._most_cycles)
     indices = _epoch_shuffle.keyed_permutation(positions, round_keys, self._num_points)
-    return tf.cast(indices, tf.int32)[None], tf.zeros([1], tf.int32)
+    return tf.cast(indices, tf.int32), tf.zeros([self.steps_per_draw], tf.int32)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -79,4 +80,5 @@ class RS2(_contract.Sampler):
   def build(self, context: _contract.SamplingContext) -> _contract.BatchDrawer:
     num_points = context.features.shape[0]
     return _SubsetDrawer(num_points, context.batch_size,
-                         min(num_points, max(context.batch_size, round(self.fraction * num_points))))
+                         min(num_points, max(context.batch_size, round(self.fraction * num_points))),
+                         context.max_steps_per_draw)

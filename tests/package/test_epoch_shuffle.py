@@ -82,3 +82,20 @@ def test_epochs_follow_the_step_not_the_iterator():
   from_zero = list(itertools.islice(points.apply(whole).as_numpy_iterator(), 12))
   from_seven = list(itertools.islice(points.apply(resumed).as_numpy_iterator(), 5))
   np.testing.assert_array_equal(np.stack(from_zero[7:]), np.stack(from_seven))
+
+
+@pytest.mark.parametrize("sampler", [tf_repulsive.EpochShuffle(), tf_repulsive.RS2(0.3)], ids=["epoch_shuffle", "rs2"])
+@pytest.mark.parametrize("num_points,batch_size", [(37, 5), (40, 40), (3, 1), (1797, 50)])
+def test_a_draw_of_16_steps_is_16_draws_of_one(sampler, num_points, batch_size):
+  # Orders (epochs, cycles) shorter than a draw, and a draw that straddles two orders.
+  def drawer(steps_per_draw):
+    return sampler.build(tf_repulsive.SamplingContext(
+        features=np.zeros((num_points, 1), np.float32), labels=None, batch_size=batch_size,
+        distance_cache_bytes=0, max_steps_per_draw=steps_per_draw))
+  many, one = drawer(16), drawer(1)
+  assert (many.steps_per_draw, one.steps_per_draw) == (16, 1)
+  key = tf.constant([7, 11], tf.int64)
+  for first in (0, 16, 48, 1600):
+    together = many.draw(key, tf.constant(first, tf.int64))[0].numpy()
+    apart = np.concatenate([one.draw(key, tf.constant(first + s, tf.int64))[0].numpy() for s in range(16)])
+    np.testing.assert_array_equal(together, apart)

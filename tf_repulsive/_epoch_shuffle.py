@@ -72,27 +72,25 @@ def keyed_permutation(positions: tf.Tensor, round_keys: tf.Tensor, num_points: i
   return tf.while_loop(outside, walk, [feistel(positions)], maximum_iterations=domain - num_points + 1)[0]
 
 
-def round_keys_of(key: tf.Tensor, orders: tf.Tensor, most_orders: int) -> tf.Tensor:
-  """`[S, 6]`: per step, the round keys of its order (an epoch, a cycle), keyed by `key` and the order.
+def round_keys_of(key: tf.Tensor, steps: tf.Tensor, steps_per_order: int) -> tf.Tensor:
+  """`[S, 6]`: per step, the round keys of its order (epoch or cycle n div `steps_per_order`).
 
   Args:
     key: `[2]` int64 stateless seed.
-    orders: `[S]` int64, ascending, of at most `most_orders` consecutive values.
-    most_orders: a bound on the distinct orders of one draw, known when tracing.
+    steps: `[S]` int64 consecutive steps (S known when tracing).
+    steps_per_order: the steps of one order.
   """
+  orders = steps // steps_per_order
   first = orders[0]
-  # One set of keys per order the draw can reach, then each step's: the keys of order e are the
-  # same whichever draw computes them.
+  # One set of keys per order the S steps can reach, then each step's: the keys of order e are
+  # the same whichever draw computes them.
+  num_steps = steps.shape[0]
+  reachable = min(num_steps, (num_steps - 1) // steps_per_order + 2)
   table = tf.stack([
       tf.random.stateless_uniform([_ROUNDS], tf.random.experimental.stateless_fold_in(key, first + offset),
                                   minval=0, maxval=2**32, dtype=tf.int64)
-      for offset in range(most_orders)])
+      for offset in range(reachable)])
   return tf.gather(table, orders - first)
-
-
-def most_orders_per_draw(steps_per_draw: int, steps_per_order: int) -> int:
-  """How many consecutive orders S consecutive steps can reach, at `steps_per_order` steps each."""
-  return min(steps_per_draw, (steps_per_draw - 1) // steps_per_order + 2)
 
 
 class _EpochOrderDrawer(_contract.BatchDrawer):
@@ -103,7 +101,6 @@ class _EpochOrderDrawer(_contract.BatchDrawer):
     self._batch_size = batch_size
     self._steps_per_epoch = math.ceil(num_points / batch_size)
     self.steps_per_draw = steps_per_draw
-    self._most_epochs = most_orders_per_draw(steps_per_draw, self._steps_per_epoch)
 
   @tf.autograph.experimental.do_not_convert
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -113,7 +110,7 @@ class _EpochOrderDrawer(_contract.BatchDrawer):
     # The last batch of an epoch runs past N when k does not divide N: it continues with the
     # first elements of the same order, which are not among its own (the batch stays distinct).
     positions = tf.where(positions >= self._num_points, positions - self._num_points, positions)
-    round_keys = round_keys_of(key, steps // self._steps_per_epoch, self._most_epochs)
+    round_keys = round_keys_of(key, steps, self._steps_per_epoch)
     indices = keyed_permutation(positions, round_keys, self._num_points)
     return tf.cast(indices, tf.int32), tf.zeros([self.steps_per_draw], tf.int32)
 

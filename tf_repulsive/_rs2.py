@@ -37,7 +37,6 @@ class _SubsetDrawer(_contract.BatchDrawer):
     self.steps_per_cycle = (passes - 1) * self._steps + self._last_steps
     self.report = {"pass_size": float(pass_size), "passes_per_cycle": float(passes)}
     self.steps_per_draw = steps_per_draw
-    self._most_cycles = _epoch_shuffle.most_orders_per_draw(steps_per_draw, self.steps_per_cycle)
 
   @tf.autograph.experimental.do_not_convert
   def draw(self, key: tf.Tensor, first_step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -50,7 +49,7 @@ class _SubsetDrawer(_contract.BatchDrawer):
     slots = (batch * self._batch_size)[:, None] + tf.range(self._batch_size, dtype=tf.int64)
     slots = tf.where(slots >= size, slots - size, slots)
     positions = (passes_before * self._pass_size)[:, None] + slots
-    round_keys = _epoch_shuffle.round_keys_of(key, steps // self.steps_per_cycle, self._most_cycles)
+    round_keys = _epoch_shuffle.round_keys_of(key, steps, self.steps_per_cycle)
     indices = _epoch_shuffle.keyed_permutation(positions, round_keys, self._num_points)
     return tf.cast(indices, tf.int32), tf.zeros([self.steps_per_draw], tf.int32)
 

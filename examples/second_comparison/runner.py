@@ -371,9 +371,9 @@ def plot_errors(curves: Mapping[str, list[Curve]], targets: Sequence[int], path:
              title=prefix, yscale="log")
     axis.grid(True, which="both", alpha=0.3)
   for target in sorted(set(targets)):
-    name = " = ".join(name for name, value in zip(("T50", "T90"), targets) if value == target)
+    label = " = ".join(name for name, value in zip(("T50", "T90"), targets) if value == target)
     axes[0].axhline(100 * target / examples, color="black", linestyle=":", linewidth=1)
-    axes[0].annotate(name, (axes[0].get_xlim()[1], 100 * target / examples), ha="right", va="bottom", fontsize=8)
+    axes[0].annotate(label, (axes[0].get_xlim()[1], 100 * target / examples), ha="right", va="bottom", fontsize=8)
   axes[1].legend(fontsize=8, frameon=False)
   figure.tight_layout()
   # No software name in the file, so that the same curves give the same bytes.

@@ -219,6 +219,22 @@ def checkout_commit() -> str:
   return commit + ("+dirty" if changed else "")
 
 
+def machine_cpu_seconds() -> float:
+  """The CPU seconds every process of the machine has used since boot, with the hypervisor's steal.
+
+  Linux's /proc/stat: its first line counts every CPU's user, nice, system, irq, softirq and steal
+  time in clock ticks. Steal counts because a stolen core slows a run as much as another job does.
+  0.0 where there is no /proc/stat.
+  """
+  try:
+    with open("/proc/stat") as handle:
+      ticks = [int(value) for value in handle.readline().split()[1:]]
+  except OSError:
+    return 0.0
+  user, nice, system, _, _, irq, softirq, steal = (ticks + [0] * 8)[:8]
+  return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def read_evaluations(path: str | pathlib.Path) -> list[dict[str, Any]]:
   """The rows of a `PeriodicEvaluation` CSV: every column a float but "commit", a string."""
   with pathlib.Path(path).open(newline="") as handle:
@@ -230,13 +246,15 @@ class PeriodicEvaluation(keras.callbacks.Callback):
   """Evaluates every `every_steps` optimizer steps; appends (step, train seconds, metrics) to a CSV and TensorBoard.
 
   Keeps the curve in `self.history` as a list of dicts with "step", "train_seconds",
-  "cpu_seconds", "load_average", "commit", the model's metrics and "<prefix>_examples", the
-  number of elements evaluated (so that errors compare as counts of mistakes, `error_at_most`).
-  "train_seconds" is the wall-clock from `started` to the evaluation, less the time spent
-  evaluating: training with everything its callbacks do (a batcher's feature refreshes).
-  "cpu_seconds" is the process's CPU time (all its threads) over the same span, less the
-  evaluations'. "load_average" is the machine's 1-minute load average at the evaluation: a
-  row beside another job shows it. "commit" is the checkout's `git` commit, "+dirty" with
+  "cpu_seconds", "other_cpu_seconds", "load_average", "commit", the model's metrics and
+  "<prefix>_examples", the number of elements evaluated (so that errors compare as counts of
+  mistakes, `error_at_most`). "train_seconds" is the wall-clock from `started` to the evaluation,
+  less the time spent evaluating: training with everything its callbacks do (a batcher's feature
+  refreshes). "cpu_seconds" is the process's CPU time (all its threads), less the evaluations',
+  counted from the callback's construction when `started` is given, else from `fit`'s start.
+  "other_cpu_seconds" is what the rest of the machine used over that span: `machine_cpu_seconds`
+  less this process's. "load_average" is the machine's 1-minute load average at the
+  evaluation; it counts this process's own threads too. "commit" is the checkout's `git` commit, "+dirty" with
   uncommitted changes ("unknown" outside a checkout).
   """
 
@@ -261,8 +279,10 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     self._writer = None if log_dir is None else tf.summary.create_file_writer(str(log_dir))
     self._started = started
     self._cpu_started = time.process_time()
+    self._others_started = machine_cpu_seconds() - self._cpu_started
     self._evaluating_seconds = 0.0
     self._evaluating_cpu_seconds = 0.0
+    self._evaluating_others_seconds = 0.0
     # The number of elements of each dataset, counted at the first evaluation.
     self._examples: dict[str, int] = {}
     self.history: list[dict[str, float]] = []
@@ -275,9 +295,11 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     if self.history and self.history[-1]["step"] == step:
       return
     began, cpu_began = time.perf_counter(), time.process_time()
+    others_began = machine_cpu_seconds() - cpu_began
     assert self._started is not None  # set when training begins
     row = {"step": step, "train_seconds": began - self._started - self._evaluating_seconds,
            "cpu_seconds": cpu_began - self._cpu_started - self._evaluating_cpu_seconds,
+           "other_cpu_seconds": others_began - self._others_started - self._evaluating_others_seconds,
            "load_average": os.getloadavg()[0], "commit": checkout_commit()}
     for prefix, data in self._data.items():
       results = self.model.evaluate(data, verbose=0, return_dict=True)
@@ -286,7 +308,9 @@ class PeriodicEvaluation(keras.callbacks.Callback):
         self._examples[prefix] = sum(int(tf.shape(tf.nest.flatten(batch)[0])[0]) for batch in data)
       row[f"{prefix}_examples"] = self._examples[prefix]
     self._evaluating_seconds += time.perf_counter() - began
-    self._evaluating_cpu_seconds += time.process_time() - cpu_began
+    cpu_ended = time.process_time()
+    self._evaluating_cpu_seconds += cpu_ended - cpu_began
+    self._evaluating_others_seconds += machine_cpu_seconds() - cpu_ended - others_began
     self.history.append(row)
     if self._csv_path is not None:
       self._csv_path.parent.mkdir(parents=True, exist_ok=True)
@@ -306,6 +330,8 @@ class PeriodicEvaluation(keras.callbacks.Callback):
   def on_train_begin(self, logs=None):
     if self._started is None:
       self._started = time.perf_counter()
+      self._cpu_started = time.process_time()
+      self._others_started = machine_cpu_seconds() - self._cpu_started
     self._evaluate()
 
   def on_train_batch_end(self, batch, logs=None):

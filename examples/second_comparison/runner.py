@@ -21,9 +21,10 @@ so its flagfiles apply), per condition:
 A grid whose winning learning rate is at an end grows by one step of the 1-3-10 ladder beyond
 that end and is scored again, at most `grid_extensions` times. The choices, comparator and
 targets are written to `choices.md` before any evaluation run. A finished run is read, not rerun
-(so the protocol resumes and recomputes from unpacked curves); a run beside a load average above
-`load_ceiling` at any evaluation is moved aside to `<run>.loaded` and run once more, and the
-second run stands. `curves pack` publishes every run's curve; the irreducible-loss model's
+(so the protocol resumes and recomputes from unpacked curves). A run beside other work is moved
+aside to `<run>.loaded` and run once more, and the second run stands: beside other work means the
+rest of the machine (other processes and the hypervisor's steal) used more than
+`other_cpu_ceiling` cores on average over the run's train seconds. `curves pack` publishes every run's curve; the irreducible-loss model's
 one-time cost is in `irreducible/cost.json`, published beside them.
 """
 
@@ -95,8 +96,9 @@ class ComparisonConfig(train.Config):
       0.7, "The pruning arms' and the matched baseline's step budget S, as a share of --steps (rounded down to "
       "an evaluation step).", greater_than=0.0, maximum=1.0)
   irreducible_seed: int = settings.setting(200, "Seed of the irreducible-loss model.")
-  load_ceiling: float = settings.setting(
-      2.5, "A run beside a 1-minute load average above this at any evaluation runs once more.", greater_than=0.0)
+  other_cpu_ceiling: float = settings.setting(
+      0.1, "A run beside other processes that used more than this many cores on average over its train "
+      "seconds runs once more.", greater_than=0.0)
   resamples: int = settings.setting(10000, "Bootstrap resamples of the paired medians' intervals.", minimum=100)
 
   def __post_init__(self):
@@ -117,6 +119,14 @@ class ComparisonConfig(train.Config):
   def short_steps(self) -> int:
     """S: `short_share` of the step budget, rounded down to an evaluation step."""
     return int(self.short_share * self.steps) // self.eval_every * self.eval_every
+
+
+def other_cores(curve: Curve) -> float:
+  """The cores the rest of the machine used on average over a run's train seconds; 0.0 for a run without the column."""
+  last = curve[-1]
+  if "other_cpu_seconds" not in last or last["train_seconds"] <= 0.0:
+    return 0.0
+  return last["other_cpu_seconds"] / last["train_seconds"]
 
 
 def next_rate(rate: float, direction: int) -> float:
@@ -179,14 +189,14 @@ class ConditionProtocol:
     self._irreducible_config: train.Config | None = None
 
   def run_checked(self, config: train.Config, run_dir: pathlib.Path, label: str) -> Curve:
-    """A run with the load rule: beside a load above the ceiling, moved to `<run>.loaded` and run once more."""
+    """A run with the load rule: beside other work, moved to `<run>.loaded` and run once more."""
     # Only a run that trains needs the losses: finished runs recompute without the model.
     if (config.irreducible_loss_file is not None and not self.irreducible_file.exists()
         and sweep.finished_curve(run_dir, config.steps) is None):
       self.train_irreducible()
     curve = sweep.run_or_read(config, run_dir, label)
     second = run_dir.with_name(run_dir.name + ".loaded").exists()
-    if second or max(row.get("load_average", 0.0) for row in curve) <= self.config.load_ceiling:
+    if second or other_cores(curve) <= self.config.other_cpu_ceiling:
       return curve
     shutil.move(run_dir, run_dir.with_name(run_dir.name + ".loaded"))
     return sweep.run_or_read(config, run_dir, f"{label} (once more: the machine was loaded)")

@@ -8,8 +8,11 @@
 `pack` writes every run of `examples/selection_protocol` or `examples/second_comparison` under
 the workdir whose `eval.csv` ended at one of `--steps`, the protocol's step budgets (runs still
 training are left out): one row per evaluation, the run's directory
-relative to the workdir in the first column. `unpack` writes each run's `eval.csv` back where it
-was, byte for byte, and leaves runs already in the workdir alone. The protocol reads unpacked runs
+relative to the workdir in the first column. Runs may differ in columns when a column was added
+to `eval.csv` between them: the packed header is the longest, every run's columns must appear in
+it in the same order, and a run leaves the cells of the columns it lacks empty. `unpack` writes
+each run's `eval.csv` back where it was, byte for byte, and leaves runs already in the workdir
+alone. The protocol reads unpacked runs
 as finished: it recomputes its summary from them without training, or resumes with the runs left.
 """
 
@@ -30,22 +33,31 @@ def pack(workdir: pathlib.Path, steps: int | Sequence[int]) -> tuple[str, int]:
   A run is finished when it ended at a step budget of `steps`.
   """
   budgets = (steps,) if isinstance(steps, int) else tuple(steps)
-  out, header, runs = io.StringIO(), None, 0
-  writer = csv.writer(out)
+  tables = {}
   for path in sorted(workdir.rglob("eval.csv")):
-    if all(sweep.finished_curve(path.parent, budget) is None for budget in budgets):
-      continue
-    with path.open(newline="") as handle:
-      rows = list(csv.reader(handle))
-    if header is None:
-      header = rows[0]
-      writer.writerow(["run", *header])
-    if rows[0] != header:
-      raise ValueError(f"{path}: columns {rows[0]} differ from the other runs' {header}.")
+    if any(sweep.finished_curve(path.parent, budget) is not None for budget in budgets):
+      with path.open(newline="") as handle:
+        tables[path] = list(csv.reader(handle))
+  if not tables:
+    return "", 0
+  header = max((rows[0] for rows in tables.values()), key=len)
+  out = io.StringIO()
+  writer = csv.writer(out)
+  writer.writerow(["run", *header])
+  for path, rows in tables.items():
+    if not _in_order(rows[0], header):
+      raise ValueError(f"{path}: columns {rows[0]} are not, in order, among the other runs' {header}.")
     run = path.parent.relative_to(workdir).as_posix()
-    writer.writerows([run, *row] for row in rows[1:])
-    runs += 1
-  return out.getvalue(), runs
+    for row in rows[1:]:
+      cells = dict(zip(rows[0], row))
+      writer.writerow([run, *(cells.get(name, "") for name in header)])
+  return out.getvalue(), len(tables)
+
+
+def _in_order(columns: Sequence[str], header: Sequence[str]) -> bool:
+  """Whether `columns` are distinct and appear in `header` in the same order."""
+  remaining = iter(header)
+  return len(set(columns)) == len(columns) and all(name in remaining for name in columns)
 
 
 def unpack(curves: str, workdir: pathlib.Path) -> int:
@@ -64,10 +76,12 @@ def unpack(curves: str, workdir: pathlib.Path) -> int:
     path = workdir / run / "eval.csv"
     if path.exists():
       continue
+    # A run's columns are those it wrote a cell in (every run writes every cell of its columns).
+    kept = [column for column in range(len(header)) if any(row[column] for row in body)]
     path.parent.mkdir(parents=True, exist_ok=True)
     # The csv module's own dialect, as the runs wrote it: the file comes back byte for byte.
     with path.open("w", newline="") as handle:
-      csv.writer(handle).writerows([header, *body])
+      csv.writer(handle).writerows([[line[column] for column in kept] for line in [header, *body]])
     written += 1
   return written
 

@@ -3,6 +3,9 @@
 import csv
 import dataclasses
 import pathlib
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -37,6 +40,8 @@ def test_smoke_flagfile_run_learns_and_writes_its_outputs(example_main, tmp_path
   cpu_seconds = [float(row["cpu_seconds"]) for row in rows]
   assert 0.0 < cpu_seconds[0] < cpu_seconds[1] < cpu_seconds[2]
   assert all(float(row["load_average"]) >= 0.0 for row in rows)
+  # What the rest of the machine used: never less than the clock ticks' rounding.
+  assert all(float(row["other_cpu_seconds"]) > -0.1 for row in rows)
   assert {row["commit"] for row in rows} == {common.checkout_commit()}
   assert common.checkout_commit() == "unknown" or len(common.checkout_commit().removesuffix("+dirty")) == 12
   assert [row["step"] for row in common.read_evaluations(tmp_path / "eval.csv")] == [0.0, 20.0, 40.0]
@@ -275,3 +280,12 @@ def test_bad_splits():
     train.Config(label_noise=1.5)
   with pytest.raises(ValueError, match="leave no training data"):
     train.splits(train.Config(dataset="digits", train_fraction=0.1, validation_size=1000))
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/stat").exists(), reason="needs Linux's /proc/stat")
+def test_the_machine_cpu_counts_another_process():
+  began, own = common.machine_cpu_seconds(), time.process_time()
+  # Another process spins a core for 0.5 s of its own CPU time.
+  subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 0.5: pass"], check=True)
+  others = common.machine_cpu_seconds() - began - (time.process_time() - own)
+  assert others >= 0.4

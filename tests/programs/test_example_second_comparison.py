@@ -34,8 +34,8 @@ def _config(**changes):
 class FakeTraining:
   """Stands in for train.train_and_evaluate and train.irreducible_loss; records what they were asked."""
 
-  def __init__(self, speed, test_speed=None, load=lambda config, run_dir: 0.5):
-    self.speed, self.test_speed, self.load = speed, test_speed or speed, load
+  def __init__(self, speed, test_speed=None, other_cores=lambda config, run_dir: 0.05):
+    self.speed, self.test_speed, self.other_cores = speed, test_speed or speed, other_cores
     self.trained: list[tuple[train.Config, pathlib.Path]] = []
     self.irreducible: list[train.Config] = []
 
@@ -46,8 +46,10 @@ class FakeTraining:
     for step in range(0, config.steps + 1, config.eval_every):
       validation = max(0, round(90 - self.speed(config) * step))
       test = max(0, round(90 - self.test_speed(config) * step))
-      rows.append({"step": step, "train_seconds": 1.0 + 0.1 * step, "cpu_seconds": 0.1 * step,
-                   "load_average": self.load(config, workdir), "commit": "abc",
+      seconds = 1.0 + 0.1 * step
+      rows.append({"step": step, "train_seconds": seconds, "cpu_seconds": 0.1 * step,
+                   "other_cpu_seconds": self.other_cores(config, workdir) * seconds, "load_average": 1.5,
+                   "commit": "abc",
                    "test_loss": 0.5, "test_accuracy": 1 - test / EXAMPLES, "test_examples": EXAMPLES,
                    "validation_loss": 0.5, "validation_accuracy": 1 - validation / EXAMPLES,
                    "validation_examples": EXAMPLES})
@@ -105,12 +107,16 @@ def test_the_protocol_names_its_comparator_by_validation_and_rules_symmetrically
   rate_factor = lambda config: 1.0 if config.learning_rate == 1e-3 else 0.5  # noqa: E731
   workdir = tmp_path / "condition"
 
-  def load(config, run_dir):
-    # The first evaluation run of rs2, seed 1, ran beside a load; its second run too.
-    return 3.0 if run_dir.parts[-4:-2] == ("evaluation", "rs2") and run_dir.name == "seed_1" else 0.5
+  def other_cores(config, run_dir):
+    # The first evaluation run of rs2, seed 1, ran beside other work; its second run too. Uniform's
+    # runs used just under the ceiling: they stand.
+    if run_dir.parts[-4:-2] == ("evaluation", "rs2") and run_dir.name == "seed_1":
+      return 0.3
+    return 0.09 if config.sampler == "uniform" else 0.0
 
   training = FakeTraining(lambda config: base[config.sampler] * rate_factor(config),
-                          lambda config: test_base[config.sampler] * rate_factor(config), load).install(monkeypatch)
+                          lambda config: test_base[config.sampler] * rate_factor(config),
+                          other_cores).install(monkeypatch)
   summary = runner.ConditionProtocol(_config(), workdir).run()
   assert (workdir / "summary.md").read_text() == summary
   assert (workdir / "errors.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -146,10 +152,12 @@ def test_the_protocol_names_its_comparator_by_validation_and_rules_symmetrically
   assert "| rs2 | 3 | 10 (3/3) | 2.0 | 20 (3/3) | 3.0 | 30 | 30 | 3.0 ± 0.0 |" in summary
   assert not any(line.startswith("| importance@loss_step+reducible | matched") for line in summary.splitlines())
 
-  # The loaded run was moved aside and ran once more; the second run stands though loaded too.
+  # The run beside other work was moved aside and ran once more; the second run stands though
+  # beside other work too. No other run ran twice.
   loaded = workdir / "evaluation" / "rs2" / "lr=0.001,constant"
   assert (loaded / "seed_1.loaded" / "eval.csv").exists() and (loaded / "seed_1" / "eval.csv").exists()
   assert sum(run_dir == loaded / "seed_1" for _, run_dir in training.trained) == 2
+  assert [path.parent for path in workdir.rglob("*.loaded/eval.csv")] == [loaded / "seed_1.loaded"]
 
   # The choices were written before the first evaluation run.
   assert (workdir / "choices.md").read_text() in summary
@@ -165,6 +173,41 @@ def test_the_protocol_names_its_comparator_by_validation_and_rules_symmetrically
   trained = len(training.trained)
   assert runner.ConditionProtocol(_config(), copy).run() == summary
   assert len(training.trained) == trained and len(training.irreducible) == 1
+
+
+def _drop_column(path, name):
+  with path.open(newline="") as handle:
+    rows = list(csv.DictReader(handle))
+  with path.open("w", newline="") as handle:
+    writer = csv.DictWriter(handle, fieldnames=[column for column in rows[0] if column != name])
+    writer.writeheader()
+    writer.writerows({column: value for column, value in row.items() if column != name} for row in rows)
+
+
+def test_runs_without_a_newer_column_pack_beside_runs_with_it(tmp_path):
+  training = FakeTraining(lambda config: 1.0)
+  older, newer = tmp_path / "tuning" / "older", tmp_path / "tuning" / "newer"
+  for run_dir in (older, newer):
+    training.train_and_evaluate(_config(), run_dir)
+  _drop_column(older / "eval.csv", "other_cpu_seconds")
+  text, runs = packed_curves.pack(tmp_path, 40)
+  assert runs == 2 and text.splitlines()[0].split(",")[:5] == [
+      "run", "step", "train_seconds", "cpu_seconds", "other_cpu_seconds"]
+  copy = tmp_path.parent / "unpacked"
+  assert packed_curves.unpack(text, copy) == 2
+  for run_dir in (older, newer):
+    twin = copy / run_dir.relative_to(tmp_path) / "eval.csv"
+    assert twin.read_bytes() == (run_dir / "eval.csv").read_bytes()
+  # A run without the column counts as beside no other work; one with it, by its mean cores.
+  assert runner.other_cores(common.read_evaluations(older / "eval.csv")) == 0.0
+  assert runner.other_cores(common.read_evaluations(newer / "eval.csv")) == pytest.approx(0.05)
+
+  # Columns in another order are not one table.
+  with (older / "eval.csv").open() as handle:
+    lines = handle.read().splitlines()
+  (older / "eval.csv").write_text("\n".join(",".join(reversed(line.split(","))) for line in lines) + "\n")
+  with pytest.raises(ValueError, match="not, in order, among the other runs'"):
+    packed_curves.pack(tmp_path, 40)
 
 
 def test_bad_protocols():

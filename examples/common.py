@@ -254,9 +254,10 @@ class PeriodicEvaluation(keras.callbacks.Callback):
   counted from the callback's construction when `started` is given, else from `fit`'s start.
   "other_cpu_seconds" is what the rest of the machine used over that span: `machine_cpu_seconds`
   less this process's. The machine's count is sampled by clock tick, the process's is exact, so
-  the difference is off by about 1% of the process's CPU time, either way. "load_average" is the machine's 1-minute load average at the
-  evaluation; it counts this process's own threads too. "commit" is the checkout's `git` commit, "+dirty" with
-  uncommitted changes ("unknown" outside a checkout).
+  the difference is off by up to about 2% of the process's CPU time, either way. "load_average"
+  is the machine's 1-minute load average at the evaluation; it counts this process's own threads
+  too. "commit" is the checkout's `git` commit, "+dirty" with uncommitted changes ("unknown"
+  outside a checkout).
   """
 
   def __init__(self, data: tf.data.Dataset, every_steps: int, csv_path: str | pathlib.Path | None,

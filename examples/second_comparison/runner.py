@@ -1,4 +1,4 @@
-"""The protocol of docs/results/second_comparison.md: selection that needs no extra pass.
+"""The protocol of docs/results/second_comparison_protocol.md: selection that needs no extra pass.
 
 On the Deep-MNIST runs of examples/mnist_deep (its `train.Config` fields are the shared settings,
 so its flagfiles apply), per condition:
@@ -24,8 +24,9 @@ targets are written to `choices.md` before any evaluation run. A finished run is
 (so the protocol resumes and recomputes from unpacked curves). A run beside other work is moved
 aside to `<run>.loaded` and run once more, and the second run stands: beside other work means the
 rest of the machine (other processes and the hypervisor's steal) used more than
-`other_cpu_ceiling` cores on average over the run's train seconds. `curves pack` publishes every run's curve; the irreducible-loss model's
-one-time cost is in `irreducible/cost.json`, published beside them.
+`other_cpu_ceiling` cores on average over the run's train seconds. `curves pack` publishes every
+run's curve; the irreducible-loss model's one-time cost is in `irreducible/cost.json`, published
+beside them.
 """
 
 from __future__ import annotations

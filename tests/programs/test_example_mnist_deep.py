@@ -41,7 +41,7 @@ def test_smoke_flagfile_run_learns_and_writes_its_outputs(example_main, tmp_path
   assert 0.0 < cpu_seconds[0] < cpu_seconds[1] < cpu_seconds[2]
   assert all(float(row["load_average"]) >= 0.0 for row in rows)
   # What the rest of the machine used. /proc/stat samples by clock tick, the process's CPU time is
-  # exact: they differ by about 1% of the process's CPU time, either way.
+  # exact: they differ by up to about 2% of the process's CPU time, either way.
   assert all(float(row["other_cpu_seconds"]) > -0.05 * float(row["cpu_seconds"]) - 0.05 for row in rows)
   assert {row["commit"] for row in rows} == {common.checkout_commit()}
   assert common.checkout_commit() == "unknown" or len(common.checkout_commit().removesuffix("+dirty")) == 12

@@ -1,4 +1,4 @@
-"""The decision rule of docs/results/second_comparison.md, on finished curves: no training.
+"""The decision rule of docs/results/second_comparison_protocol.md, on finished curves: no training.
 
 A curve is a run's evaluation rows (`common.PeriodicEvaluation`'s `eval.csv`, read by
 `sweep.read_curve`), each with "step", "train_seconds", "validation_error" and, where recorded,

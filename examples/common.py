@@ -235,6 +235,11 @@ def machine_cpu_seconds() -> float:
   return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def _other_cpu_seconds() -> float:
+  """`machine_cpu_seconds` less this process's CPU time: what the rest of the machine has used."""
+  return machine_cpu_seconds() - time.process_time()
+
+
 def read_evaluations(path: str | pathlib.Path) -> list[dict[str, Any]]:
   """The rows of a `PeriodicEvaluation` CSV: every column a float but "commit", a string."""
   with pathlib.Path(path).open(newline="") as handle:
@@ -280,14 +285,16 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     self._csv_path = None if csv_path is None else pathlib.Path(csv_path)
     self._writer = None if log_dir is None else tf.summary.create_file_writer(str(log_dir))
     self._started = started
-    self._cpu_started = time.process_time()
-    self._others_started = machine_cpu_seconds() - self._cpu_started
+    self._start_clocks()
     self._evaluating_seconds = 0.0
     self._evaluating_cpu_seconds = 0.0
     self._evaluating_others_seconds = 0.0
     # The number of elements of each dataset, counted at the first evaluation.
     self._examples: dict[str, int] = {}
     self.history: list[dict[str, float]] = []
+
+  def _start_clocks(self) -> None:
+    self._cpu_started, self._others_started = time.process_time(), _other_cpu_seconds()
 
   def _step(self) -> int:
     return int(np.asarray(self.model.optimizer.iterations))
@@ -296,8 +303,7 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     step = self._step()
     if self.history and self.history[-1]["step"] == step:
       return
-    began, cpu_began = time.perf_counter(), time.process_time()
-    others_began = machine_cpu_seconds() - cpu_began
+    began, cpu_began, others_began = time.perf_counter(), time.process_time(), _other_cpu_seconds()
     assert self._started is not None  # set when training begins
     row = {"step": step, "train_seconds": began - self._started - self._evaluating_seconds,
            "cpu_seconds": cpu_began - self._cpu_started - self._evaluating_cpu_seconds,
@@ -310,9 +316,8 @@ class PeriodicEvaluation(keras.callbacks.Callback):
         self._examples[prefix] = sum(int(tf.shape(tf.nest.flatten(batch)[0])[0]) for batch in data)
       row[f"{prefix}_examples"] = self._examples[prefix]
     self._evaluating_seconds += time.perf_counter() - began
-    cpu_ended = time.process_time()
-    self._evaluating_cpu_seconds += cpu_ended - cpu_began
-    self._evaluating_others_seconds += machine_cpu_seconds() - cpu_ended - others_began
+    self._evaluating_cpu_seconds += time.process_time() - cpu_began
+    self._evaluating_others_seconds += _other_cpu_seconds() - others_began
     self.history.append(row)
     if self._csv_path is not None:
       self._csv_path.parent.mkdir(parents=True, exist_ok=True)
@@ -332,8 +337,7 @@ class PeriodicEvaluation(keras.callbacks.Callback):
   def on_train_begin(self, logs=None):
     if self._started is None:
       self._started = time.perf_counter()
-      self._cpu_started = time.process_time()
-      self._others_started = machine_cpu_seconds() - self._cpu_started
+      self._start_clocks()
     self._evaluate()
 
   def on_train_batch_end(self, batch, logs=None):

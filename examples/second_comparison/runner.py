@@ -190,7 +190,7 @@ class ConditionProtocol:
     self._irreducible_config: train.Config | None = None
 
   def run_checked(self, config: train.Config, run_dir: pathlib.Path, label: str) -> Curve:
-    """A run with the load rule: beside other work, moved to `<run>.loaded` and run once more."""
+    """A run with the rerun rule: beside other work, moved to `<run>.loaded` and run once more."""
     # Only a run that trains needs the losses: finished runs recompute without the model.
     if (config.irreducible_loss_file is not None and not self.irreducible_file.exists()
         and sweep.finished_curve(run_dir, config.steps) is None):
@@ -200,7 +200,7 @@ class ConditionProtocol:
     if second or other_cores(curve) <= self.config.other_cpu_ceiling:
       return curve
     shutil.move(run_dir, run_dir.with_name(run_dir.name + ".loaded"))
-    return sweep.run_or_read(config, run_dir, f"{label} (once more: the machine was loaded)")
+    return sweep.run_or_read(config, run_dir, f"{label} (once more: other work ran beside it)")
 
   def train_irreducible(self) -> None:
     """Trains the irreducible-loss model with the comparator's config and writes its cost beside its losses."""

@@ -96,6 +96,26 @@ def example_main(absl_flags):
     sys.modules.pop(module_name, None)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+  """Refuses a `--dist loadgroup` run whose `xdist_group` modules would not each run in one process.
+
+  pytest-xdist puts the group's name in each marked test's node id, and its scheduler keeps a
+  group in one process by that id. Where that fails (pytest-xdist 3.8 under pytest 9.2), every
+  such module sets up its costly fixtures once per process instead, and the suite runs minutes
+  longer without any other sign.
+  """
+  if not getattr(config.option, "loadgroup", False):
+    return
+  lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+  if lost:
+    message = (f"pytest-xdist did not group {len(lost)} tests marked xdist_group (the first: {lost[0]}); "
+               "install the pytest that setup.py's test extra names (./scripts/setup_env.sh).")
+    # (A worker's exception reaches the controller as an internal error without its message.)
+    print(message, file=sys.stderr)
+    raise pytest.UsageError(message)
+
+
 # Cases the property-based tests generated, by property: this process's, and (under pytest-xdist)
 # those the worker processes reported when they finished.
 _GENERATED_ELSEWHERE: collections.Counter = collections.Counter()

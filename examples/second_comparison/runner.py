@@ -18,8 +18,8 @@ so its flagfiles apply), per condition:
    budget S, against the matched baseline), with the symmetric rule of `decision.verdict`; and a
    figure of the validation and test error against train seconds (`plot_errors`).
 
-A grid whose winning learning rate is at an end grows by one step of the 1-3-10 ladder beyond
-that end and is scored again, at most `grid_extensions` times. The choices, comparator and
+A grid in which the best learning rate of any schedule is at an end grows by one step of the
+1-3-10 ladder beyond that end and is scored again, at most `grid_extensions` times. The choices, comparator and
 targets are written to `choices.md` before any evaluation run. A finished run is read, not rerun
 (so the protocol resumes and recomputes from unpacked curves). A run beside other work is moved
 aside to `<run>.loaded` and run once more, and the second run stands: beside other work means the
@@ -89,7 +89,8 @@ class ComparisonConfig(train.Config):
   lr_schedules: tuple[str, ...] = settings.setting(("constant", "cosine"), "Schedules of the tuning grid.",
                                                    choices=train.LR_SCHEDULES)
   grid_extensions: int = settings.setting(
-      3, "How many times a grid whose winning learning rate is at an end grows beyond it.", minimum=0)
+      3, "How many times a grid in which a schedule's best learning rate is at an end grows beyond it.",
+      minimum=0)
   tuning_seeds: tuple[int, ...] = settings.setting((100, 101), "Seeds of the tuning runs (none an evaluation seed).")
   seeds: tuple[int, ...] = settings.setting(tuple(range(10)), "Evaluation seeds, paired across arms.")
   arms: tuple[str, ...] = settings.setting(tuple(ARMS), "Arms compared with the baselines.", choices=tuple(ARMS))
@@ -159,7 +160,8 @@ class Tuned:
     label: the chosen config's `grid_label`.
     changes: the fields of the shared config its runs set, the chosen learning rate and schedule included.
     curves: every config's tuning runs (label -> one curve per tuning seed), in the grid's order.
-    at_end: whether the chosen learning rate is still at an end of the grid after its extensions.
+    at_end: whether the best learning rate of some schedule is still at an end of the grid after
+      its extensions.
   """
 
   name: str
@@ -224,21 +226,27 @@ class ConditionProtocol:
     return curves
 
   def tune(self, name: str, changes: Mapping[str, object], steps: int) -> Tuned:
-    """`name`'s best config of the grid on validation (`decision.score`), the grid grown while the best is at an end."""
+    """`name`'s best config of the grid on validation (`decision.score`).
+
+    The grid grows while the best learning rate of any schedule is at an end: the chosen config
+    may then come from a schedule whose optimum lay beyond the grid.
+    """
     rates = list(self.config.learning_rates)
     for extension in range(self.config.grid_extensions + 1):
       jobs = {grid_label(rate, schedule): {**changes, "steps": steps, "learning_rate": rate, "lr_schedule": schedule}
               for rate in rates for schedule in self.config.lr_schedules}
       curves = self.run_all(jobs, self.config.tuning_seeds, self.workdir / "tuning" / name)
       label = min(jobs, key=lambda label: decision.score(curves[label]))
-      rate = jobs[label]["learning_rate"]
-      at_end = rate in (rates[0], rates[-1])
-      if not at_end or extension == self.config.grid_extensions:
-        return Tuned(name, steps, label, jobs[label], curves, at_end)
-      if rate == rates[0]:
-        rates.insert(0, next_rate(rate, -1))
-      if rate == rates[-1]:
-        rates.append(next_rate(rate, 1))
+      best_rates = {jobs[min((label for label in jobs if jobs[label]["lr_schedule"] == schedule),
+                             key=lambda label: decision.score(curves[label]))]["learning_rate"]
+                    for schedule in self.config.lr_schedules}
+      ends = best_rates & {rates[0], rates[-1]}
+      if not ends or extension == self.config.grid_extensions:
+        return Tuned(name, steps, label, jobs[label], curves, bool(ends))
+      if rates[0] in ends:
+        rates.insert(0, next_rate(rates[0], -1))
+      if rates[-1] in ends:
+        rates.append(next_rate(rates[-1], 1))
     raise AssertionError("unreachable: the last extension returns")
 
   def arm_changes(self, name: str) -> dict[str, object]:
@@ -290,7 +298,8 @@ def choices_text(config: ComparisonConfig, tuned: Mapping[str, Tuned], comparato
   for name, t in tuned.items():
     for label, runs in t.curves.items():
       mean, last = decision.score(runs)
-      mark = " (chosen" + (", at an end of the grid" if t.at_end else "") + ")" if label == t.label else ""
+      mark = (" (chosen" + (", a schedule's best rate at an end of the grid" if t.at_end else "") + ")"
+              if label == t.label else "")
       rows.append([name, str(t.steps), label + mark, f"{mean:.1f}", f"{last:.1f}"])
   examples = int(tuned[comparator].runs[0][-1]["validation_examples"])
   return "\n\n".join([

@@ -92,6 +92,22 @@ def test_a_grid_grows_until_its_choice_is_interior(monkeypatch, tmp_path):
   assert sorted(config.learning_rate for config, _ in training.trained) == [1e-4, 1e-3, 1e-2, 3e-2, 1e-1]
 
 
+def test_a_grid_grows_until_every_schedules_best_rate_is_interior(monkeypatch, tmp_path):
+  # Cosine peaks inside the first grid and leads it; constant peaks beyond its top end and, once
+  # the grid reaches its peak, wins.
+  def speed(config):
+    if config.lr_schedule == "cosine":
+      return _peaked_at(1e-3)(config)
+    return 1.2 * _peaked_at(3e-2)(config)
+
+  FakeTraining(speed).install(monkeypatch)
+  tuned = runner.ConditionProtocol(_config(lr_schedules=("constant", "cosine")), tmp_path).tune(
+      "uniform", {"sampler": "uniform"}, 40)
+  assert [label for label in tuned.curves if label.endswith("cosine")] == [
+      f"lr={rate:g},cosine" for rate in (1e-4, 1e-3, 1e-2, 3e-2, 1e-1)]
+  assert tuned.label == "lr=0.03,constant" and not tuned.at_end
+
+
 def test_a_grid_stops_growing_after_its_extensions_and_says_so(monkeypatch, tmp_path):
   # The higher the learning rate, the faster: the top end always wins.
   FakeTraining(lambda config: 1 + math.log10(config.learning_rate / 1e-6) / 10).install(monkeypatch)

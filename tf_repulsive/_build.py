@@ -84,17 +84,31 @@ class Built:
     # The draw covering a step, for `batch_indices` and the record.
     self.draw_once = copied_draw if traced_draw is None else functools.partial(traced_draw, config.key)
 
+  def draws_of(self, first_step: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """`[count, k]` indices and `[count]` fallback counts of the batches of `first_step` onwards.
+
+    One draw covers `steps_per_draw` steps, so consecutive steps take one draw per block of them.
+    """
+    steps_per_draw = self.drawer.steps_per_draw
+    first_block = first_step - first_step % steps_per_draw
+    drawn = [self.draw_once(tf.constant(block, tf.int64))
+             for block in range(first_block, first_step + count, steps_per_draw)]
+    rows = slice(first_step - first_block, first_step - first_block + count)
+    return (np.concatenate([indices.numpy() for indices, _ in drawn])[rows],
+            np.concatenate([fallback.numpy() for _, fallback in drawn])[rows])
+
   def draw_of(self, step: int) -> tuple[np.ndarray, int]:
     """The indices and fallback count of the batch of `step` (from the draw that covers it)."""
-    steps_per_draw = self.drawer.steps_per_draw
-    indices, fallback = self.draw_once(tf.constant(step - step % steps_per_draw, tf.int64))
-    return indices.numpy()[step % steps_per_draw], int(fallback[step % steps_per_draw])
+    indices, fallback = self.draws_of(step, 1)
+    return indices[0], int(fallback[0])
 
-  def installed_draw_of(self, step: int) -> tuple[np.ndarray, int]:
-    """`draw_of(step)`, for a step drawn on the features installed (a ValueError otherwise)."""
+  def installed_draws_of(self, first_step: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """`draws_of`, for steps drawn on the features installed (a ValueError otherwise)."""
     if self.refresher is not None:
-      self.refresher.check_installed(step)
-    return self.draw_of(step)
+      # A refresh's steps are consecutive: the first and the last step bound those in between.
+      self.refresher.check_installed(first_step)
+      self.refresher.check_installed(first_step + count - 1)
+    return self.draws_of(first_step, count)
 
   def training_features(self) -> _training_features.TrainingFeatures:
     """The refresher's table of features from the training step, or a ValueError saying it has none."""

@@ -227,12 +227,12 @@ class RepulsiveBatcher:
       TypeError, ValueError: for a step that is not an int >= 0, or a batcher not applied yet.
     """
     step = _check_step(step)
-    return self._require_built().installed_draw_of(step)[0]
+    return self._require_built().installed_draws_of(step, 1)[0][0]
 
   def fallback_points(self, step: int) -> int:
     """How many points of the batch of `step` the fallback fill supplied (pure)."""
     step = _check_step(step)
-    return int(self._require_built().installed_draw_of(step)[1])
+    return int(self._require_built().installed_draws_of(step, 1)[1][0])
 
   def pi(self, step: int) -> np.ndarray | None:
     """The distribution over the drawer's point groups that the draws follow at `step`, or None.
@@ -339,10 +339,14 @@ class RepulsiveBatcher:
   def _draw_of(self, step: int) -> tuple[np.ndarray, int]:
     return self._require_built().draw_of(step)
 
+  def _batches_of(self, first_step: int, count: int) -> np.ndarray:
+    """`[count, k]` what `batch_indices` gives for steps `first_step` onwards, one draw per block of steps."""
+    return self._require_built().installed_draws_of(first_step, count)[0]
+
 
 @dataclasses.dataclass(frozen=True)
 class BatcherHooks:
-  """What the package's callbacks and `RecordingModel` ask of a batcher beyond its public handle.
+  """What the package's callbacks, `RecordingModel` and diagnostics ask of a batcher beyond its public handle.
 
   The one place of that contract: no other module reads a batcher's private attributes.
 
@@ -350,19 +354,23 @@ class BatcherHooks:
     space: the `ModelSpace` passed as `features=`, or None (fixed features).
     recorded: `(steps, redraw_at_most)` -> per step `[fallback points, points per group ...]`
       and which steps the record holds (`RepulsiveBatcher._recorded`).
+    batches_of: `(first_step, count)` -> `[count, k]` the batches of those consecutive steps, as
+      `batch_indices` gives them (`diagnostics.draw_batches`).
     allow_build_probe: lets the next stream deliver its build probe unstarted.
     transformations_after: the tf.data transformations between the stream and a dataset.
   """
 
   space: _model_space.ModelSpace | None
   recorded: Callable[..., tuple[np.ndarray, np.ndarray]]
+  batches_of: Callable[[int, int], np.ndarray]
   allow_build_probe: Callable[[], None]
   transformations_after: Callable[[tf.data.Dataset], list[str] | None]
 
 
 def hooks(batcher: RepulsiveBatcher) -> BatcherHooks:
-  """The hooks of `batcher` for the package's callbacks."""
+  """The hooks of `batcher` for the package's callbacks, `RecordingModel` and diagnostics."""
   return BatcherHooks(space=batcher._config.space, recorded=batcher._recorded,  # pylint: disable=protected-access
+                      batches_of=batcher._batches_of,  # pylint: disable=protected-access
                       allow_build_probe=batcher._allow_build_probe,  # pylint: disable=protected-access
                       transformations_after=batcher._transformations_after)  # pylint: disable=protected-access
 

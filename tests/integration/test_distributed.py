@@ -17,6 +17,7 @@ import distributed_run as run
 from loopback import concurrently, loopback_only
 import tf_repulsive
 from tf_repulsive import _pipeline
+from tf_repulsive import diagnostics
 
 # Minutes of the full suite, not of the fast tier (`./scripts/test.sh --fast`).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_distributed")]
@@ -28,7 +29,7 @@ def _draws(sampler, count, batch_size=run.BATCH, dataset=run.dataset):
   """The batches of steps 0 .. count - 1, and how many steps one draw covers."""
   batcher = run.batcher_for(sampler, batch_size=batch_size)
   dataset().apply(batcher)
-  return np.stack([batcher.batch_indices(step) for step in range(count)]), batcher.drawer.steps_per_draw
+  return diagnostics.draw_batches(batcher, count), batcher.drawer.steps_per_draw
 
 
 def _steps_of(received, draws):

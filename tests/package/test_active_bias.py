@@ -8,6 +8,7 @@ from scipy import stats
 
 import tf_repulsive
 from tf_repulsive import _active_bias
+from tf_repulsive import diagnostics
 
 
 def test_weights_match_a_hand_computation():
@@ -35,7 +36,7 @@ def test_single_draws_follow_the_weights():
   state = batcher.drawer.state
   weights = np.array([1, 2, 3, 4, 1, 2, 3, 4], np.float64)
   state.weights.assign(weights)
-  counts = np.bincount([batcher.batch_indices(n)[0] for n in range(3000)], minlength=8)
+  counts = np.bincount(diagnostics.draw_batches(batcher, 3000)[:, 0], minlength=8)
   assert stats.chisquare(counts, 3000 * weights / weights.sum()).pvalue > 1e-3
   assert stats.chisquare(counts).pvalue < 1e-6  # not uniform
 

@@ -43,6 +43,30 @@ def digit_draws(digits):
   return draws, radius
 
 
+def test_draw_batches_are_the_batch_indices_of_their_steps_from_any_step(digits):
+  # One draw covers a block of steps: a range that starts and ends inside blocks still gives each
+  # step's own batch.
+  x, y = digits
+  batcher = tf_repulsive.repulsive_batch(_K, tf_repulsive.VanillaPDS(), seed=3)
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(batcher)
+  block = batcher.drawer.steps_per_draw
+  assert block > 1
+  start, count = block // 2 + 1, 2 * block + 3
+  np.testing.assert_array_equal(diagnostics.draw_batches(batcher, count, start_step=start),
+                                [batcher.batch_indices(step) for step in range(start, start + count)])
+  # On a model's features, only the steps of the refresh installed.
+  model = _linear_softmax()
+  space = tf_repulsive.ModelSpace(model, tf_repulsive.EmbeddingFeatures(), refresh_every=4, verbose=False)
+  refreshed = tf_repulsive.repulsive_batch(_K, tf_repulsive.Uniform(), seed=3, start_step=0, features=space,
+                                           options=tf_repulsive.BatcherOptions(verbose=False))
+  tf.data.Dataset.from_tensor_slices((x, y)).apply(refreshed)
+  refreshed.refresh_features(0)
+  np.testing.assert_array_equal(diagnostics.draw_batches(refreshed, 3, start_step=1),
+                                [refreshed.batch_indices(step) for step in (1, 2, 3)])
+  with pytest.raises(ValueError, match="refresh_features"):
+    diagnostics.draw_batches(refreshed, 2, start_step=3)
+
+
 @pytest.fixture(scope="module")
 def digit_gradients(digits):
   x, y = digits

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import tf_repulsive
 from tf_repulsive import _epoch_shuffle
+from tf_repulsive import diagnostics
 
 
 def _epochs(num_points, batch_size, epochs, seed=0):
@@ -51,7 +52,7 @@ def test_orders_are_uniform_over_positions_and_adjacent_pairs():
   # N = 7 walks the Feistel domain of 16 (cycle walking on most draws); k = N makes each step an epoch.
   num_points, epochs = 7, 2100
   batcher, _ = _epochs(num_points, num_points, epochs=0, seed=3)
-  orders = np.stack([batcher.batch_indices(step) for step in range(epochs)])
+  orders = diagnostics.draw_batches(batcher, epochs)
   positions = np.zeros([num_points, num_points])
   for order in orders:
     positions[order, np.arange(num_points)] += 1

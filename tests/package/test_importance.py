@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import tf_repulsive
 from tf_repulsive import _alias
+from tf_repulsive import diagnostics
 
 # Six points on a line: their norms are the scores, and at radius 1.1 neighbours up to 4.0
 # conflict, while every pair of points leaves a third free (no batch of three needs the fill).
@@ -129,7 +130,7 @@ def test_the_score_of_a_batch_is_biased_towards_large_norms_and_the_weights_remo
                                          inclusion_weights="self_normalized",
                                          options=tf_repulsive.BatcherOptions(verbose=False))
   tf.data.Dataset.from_tensor_slices((features, np.zeros(400, np.int64))).apply(batcher)
-  batches = np.concatenate([batcher.batch_indices(step)[None] for step in range(300)])
+  batches = diagnostics.draw_batches(batcher, 300)
   values = features[batches, 0]
   weights = 1.0 / batcher.inclusion_probabilities[batches]
   plain = values.mean()
@@ -160,7 +161,7 @@ def test_mixing_one_draws_every_element_alike():
   features = np.exp(np.linspace(-3, 3, 50))[:, None].astype(np.float32)
   batcher = tf_repulsive.repulsive_batch(5, tf_repulsive.Importance(mixing=1.0), seed=SEED, start_step=0)
   tf.data.Dataset.from_tensor_slices(features).apply(batcher)
-  counts = np.bincount(np.concatenate([batcher.batch_indices(step) for step in range(2000)]), minlength=50)
+  counts = np.bincount(diagnostics.draw_batches(batcher, 2000).ravel(), minlength=50)
   assert scipy.stats.chisquare(counts).pvalue > 1e-3
 
 

@@ -7,6 +7,7 @@ from sklearn import neighbors as sk_neighbors
 
 import tf_repulsive
 from tf_repulsive import _mingling
+from tf_repulsive import diagnostics
 
 
 def _brute_force_mingling(features, labels, neighbors):
@@ -281,7 +282,7 @@ def test_easy_pds_on_targets_favours_the_points_beside_the_step():
                                          options=tf_repulsive.BatcherOptions(verbose=False))
   dataset.apply(batcher)
   beside = np.abs(features[:, 0]) < 0.05
-  drawn = np.concatenate([batcher.batch_indices(step) for step in range(100)])
+  drawn = diagnostics.draw_batches(batcher, 100).ravel()
   share, expected = beside[drawn].mean(), beside.mean()
   # Uniform batches hold the points beside the step at their share of the data, with a standard
   # error of sqrt(p (1 - p) / n) (batches are without replacement, so at most that).

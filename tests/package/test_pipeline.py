@@ -10,6 +10,7 @@ import tensorflow as tf
 from scipy import stats
 
 import tf_repulsive
+from tf_repulsive import diagnostics
 from cached_samplers import EasyPDSWithCache
 from cached_samplers import VanillaPDSWithCache
 from conftest import pairwise_distances
@@ -273,7 +274,7 @@ def test_batch_indices_recomputes_what_the_pipeline_drew(digits, distance_cache_
 def test_batches_do_not_repeat_over_many_steps(digits, make_sampler):
   # TF's index_shuffle uses only 8 bits of each seed word: a sampler built on it repeats every 256 steps.
   batcher, _ = _digits_pipeline(digits, make_sampler(), batch_size=20)
-  draws = {tuple(sorted(batcher.batch_indices(step).tolist())) for step in range(600)}
+  draws = {tuple(sorted(batch.tolist())) for batch in diagnostics.draw_batches(batcher, 600)}
   assert len(draws) == 600
 
 
@@ -282,8 +283,7 @@ def test_uniform_inclusion_is_uniform():
   for size, batch_size, max_batches in ((40, 8, 600), (12, 11, 600)):
     batcher = tf_repulsive.repulsive_batch(batch_size, tf_repulsive.Uniform(), seed=3)
     tf.data.Dataset.range(size).apply(batcher)
-    counts = np.bincount(np.concatenate([batcher.batch_indices(n) for n in range(max_batches)]),
-                         minlength=size)
+    counts = np.bincount(diagnostics.draw_batches(batcher, max_batches).ravel(), minlength=size)
     assert stats.chisquare(counts).pvalue > 1e-3
 
 

@@ -22,8 +22,9 @@ DistanceSpace: TypeAlias = _contract.FeatureSource | np.ndarray | tf.Tensor | No
 def draw_batches(batcher: _pipeline.RepulsiveBatcher, num_batches: int, *, start_step: int = 0) -> np.ndarray:
   """The indices of the batches `batcher` draws at steps start_step, ..., + num_batches − 1.
 
-  Batches are a pure function of (seed, step), so this does not disturb the pipeline (see
-  `RepulsiveBatcher.batch_indices`).
+  Batches are a pure function of (seed, step), so this does not disturb the pipeline. Row m is
+  `batcher.batch_indices(start_step + m)`; a drawer that draws several steps at once is called
+  once per block of them, not once per step.
 
   Args:
     batcher: a `repulsive_batch` batcher already applied to a dataset.
@@ -35,14 +36,14 @@ def draw_batches(batcher: _pipeline.RepulsiveBatcher, num_batches: int, *, start
 
   Raises:
     TypeError: for a non-batcher or non-int counts.
-    ValueError: for counts out of range, or a batcher not applied to a dataset.
+    ValueError: for counts out of range, a batcher not applied to a dataset, or steps drawn on
+      the features of a refresh the batcher does not hold (as `batch_indices`).
   """
   if not isinstance(batcher, _pipeline.RepulsiveBatcher):
     raise TypeError(f"`batcher` must be what tf_repulsive.repulsive_batch(...) returned; got {batcher!r}.")
   num_batches = _checks.integer(num_batches, "num_batches", 1)
   start_step = _checks.integer(start_step, "start_step", 0)
-  return np.stack([batcher.batch_indices(step)
-                   for step in range(start_step, start_step + num_batches)]).astype(np.int64)
+  return _pipeline.hooks(batcher).batches_of(start_step, num_batches).astype(np.int64)
 
 
 def batch_weights(batcher: _pipeline.RepulsiveBatcher, batches: Any) -> np.ndarray:

@@ -18,15 +18,14 @@ so its flagfiles apply), per condition:
    budget S, against the matched baseline), with the symmetric rule of `decision.verdict`; and a
    figure of the validation and test error against train seconds (`plot_errors`).
 
-A grid in which the best learning rate of any schedule is at an end grows by one step of the
-1-3-10 ladder beyond that end and is scored again, at most `grid_extensions` times. The choices, comparator and
-targets are written to `choices.md` before any evaluation run. A finished run is read, not rerun
+A grid in which the best learning rate of any schedule is at an end grows by one step of the 1-3-10
+ladder beyond that end and is scored again, at most `grid_extensions` times. The choices, comparator
+and targets are written to `choices.md` before any evaluation run. A finished run is read, not rerun
 (so the protocol resumes and recomputes from unpacked curves). A run beside other work is moved
 aside to `<run>.loaded` and run once more, and the second run stands: beside other work means the
-rest of the machine (other processes and the hypervisor's steal) used more than
-`other_cpu_ceiling` cores on average over the run's train seconds. `curves pack` publishes every
-run's curve; the irreducible-loss model's one-time cost is in `irreducible/cost.json`, published
-beside them.
+rest of the machine (other processes and the hypervisor's steal) used more than `other_cpu_ceiling`
+cores on average over the run's train seconds. `curves pack` publishes every run's curve; the
+irreducible-loss model's one-time cost is in `irreducible/cost.json`, published beside them.
 """
 
 from __future__ import annotations
@@ -236,10 +235,12 @@ class ConditionProtocol:
       jobs = {grid_label(rate, schedule): {**changes, "steps": steps, "learning_rate": rate, "lr_schedule": schedule}
               for rate in rates for schedule in self.config.lr_schedules}
       curves = self.run_all(jobs, self.config.tuning_seeds, self.workdir / "tuning" / name)
-      label = min(jobs, key=lambda label: decision.score(curves[label]))
-      best_rates = {jobs[min((label for label in jobs if jobs[label]["lr_schedule"] == schedule),
-                             key=lambda label: decision.score(curves[label]))]["learning_rate"]
-                    for schedule in self.config.lr_schedules}
+      def score(label: str) -> tuple[float, float]:
+        return decision.score(curves[label])
+
+      label = min(jobs, key=score)
+      best_rates = {jobs[min((label for label in jobs if jobs[label]["lr_schedule"] == schedule), key=score)]
+                    ["learning_rate"] for schedule in self.config.lr_schedules}
       ends = best_rates & {rates[0], rates[-1]}
       if not ends or extension == self.config.grid_extensions:
         return Tuned(name, steps, label, jobs[label], curves, bool(ends))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import fractions
 import functools
 import os
@@ -235,9 +236,31 @@ def machine_cpu_seconds() -> float:
   return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def _other_cpu_seconds() -> float:
-  """`machine_cpu_seconds` less this process's CPU time: what the rest of the machine has used."""
-  return machine_cpu_seconds() - time.process_time()
+@dataclasses.dataclass(frozen=True)
+class Clocks:
+  """The three clocks a run's evaluation rows count from, read at one instant.
+
+  Attributes:
+    wall: `time.perf_counter()`.
+    cpu: this process's CPU time (all its threads).
+    others: the CPU time the rest of the machine has used (`machine_cpu_seconds` less this process's).
+  """
+
+  wall: float
+  cpu: float
+  others: float
+
+  @classmethod
+  def now(cls) -> Clocks:
+    """The clocks as they read now."""
+    cpu = time.process_time()
+    return cls(wall=time.perf_counter(), cpu=cpu, others=machine_cpu_seconds() - cpu)
+
+  def __sub__(self, other: Clocks) -> Clocks:
+    return Clocks(self.wall - other.wall, self.cpu - other.cpu, self.others - other.others)
+
+  def __add__(self, other: Clocks) -> Clocks:
+    return Clocks(self.wall + other.wall, self.cpu + other.cpu, self.others + other.others)
 
 
 def read_evaluations(path: str | pathlib.Path) -> list[dict[str, Any]]:
@@ -253,20 +276,19 @@ class PeriodicEvaluation(keras.callbacks.Callback):
   Keeps the curve in `self.history` as a list of dicts with "step", "train_seconds",
   "cpu_seconds", "other_cpu_seconds", "load_average", "commit", the model's metrics and
   "<prefix>_examples", the number of elements evaluated (so that errors compare as counts of
-  mistakes, `error_at_most`). "train_seconds" is the wall-clock from `started` to the evaluation,
-  less the time spent evaluating: training with everything its callbacks do (a batcher's feature
-  refreshes). "cpu_seconds" is the process's CPU time (all its threads), less the evaluations',
-  counted from the callback's construction when `started` is given, else from `fit`'s start.
-  "other_cpu_seconds" is what the rest of the machine used over that span: `machine_cpu_seconds`
-  less this process's. The machine's count is sampled by clock tick, the process's is exact, so
-  the difference is off by up to about 2% of the process's CPU time, either way. "load_average"
-  is the machine's 1-minute load average at the evaluation; it counts this process's own threads
-  too. "commit" is the checkout's `git` commit, "+dirty" with uncommitted changes ("unknown"
-  outside a checkout).
+  mistakes, `error_at_most`). "train_seconds" is the wall-clock from `started` (else from `fit`'s
+  start) to the evaluation, less the time spent evaluating: training with everything its callbacks
+  do (a batcher's feature refreshes). "cpu_seconds" is the process's CPU time (all its threads)
+  over the same span, less the evaluations'. "other_cpu_seconds" is what the rest of the machine
+  used over that span: `machine_cpu_seconds` less this process's. The machine's count is sampled
+  by clock tick, the process's is exact, so the difference is off by up to about 2% of the
+  process's CPU time, either way. "load_average" is the machine's 1-minute load average at the
+  evaluation; it counts this process's own threads too. "commit" is the checkout's `git` commit,
+  "+dirty" with uncommitted changes ("unknown" outside a checkout).
   """
 
   def __init__(self, data: tf.data.Dataset, every_steps: int, csv_path: str | pathlib.Path | None,
-               log_dir: str | pathlib.Path | None = None, prefix: str = "test", started: float | None = None,
+               log_dir: str | pathlib.Path | None = None, prefix: str = "test", started: Clocks | None = None,
                more: Mapping[str, tf.data.Dataset] | None = None):
     """Args:
       data: batched evaluation dataset.
@@ -274,8 +296,8 @@ class PeriodicEvaluation(keras.callbacks.Callback):
       csv_path: CSV file to write (header step,train_seconds,<prefix>_<metric>...), or None.
       log_dir: TensorBoard directory for the scalars, or None.
       prefix: name prefix of the logged metrics.
-      started: the `time.perf_counter()` the train seconds count from (say, before the batcher
-        is built, to count its build); None: when `fit` starts.
+      started: the `Clocks` the rows count from (say, read before the batcher is built, to
+        count its build); None: when `fit` starts.
       more: further batched datasets evaluated at the same steps (e.g. a validation set), by the
         prefix of their metrics; their time is left out of the train seconds too.
     """
@@ -285,16 +307,10 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     self._csv_path = None if csv_path is None else pathlib.Path(csv_path)
     self._writer = None if log_dir is None else tf.summary.create_file_writer(str(log_dir))
     self._started = started
-    self._start_clocks()
-    self._evaluating_seconds = 0.0
-    self._evaluating_cpu_seconds = 0.0
-    self._evaluating_others_seconds = 0.0
+    self._evaluating = Clocks(0.0, 0.0, 0.0)
     # The number of elements of each dataset, counted at the first evaluation.
     self._examples: dict[str, int] = {}
     self.history: list[dict[str, float]] = []
-
-  def _start_clocks(self) -> None:
-    self._cpu_started, self._others_started = time.process_time(), _other_cpu_seconds()
 
   def _step(self) -> int:
     return int(np.asarray(self.model.optimizer.iterations))
@@ -303,11 +319,10 @@ class PeriodicEvaluation(keras.callbacks.Callback):
     step = self._step()
     if self.history and self.history[-1]["step"] == step:
       return
-    began, cpu_began, others_began = time.perf_counter(), time.process_time(), _other_cpu_seconds()
+    began = Clocks.now()
     assert self._started is not None  # set when training begins
-    row = {"step": step, "train_seconds": began - self._started - self._evaluating_seconds,
-           "cpu_seconds": cpu_began - self._cpu_started - self._evaluating_cpu_seconds,
-           "other_cpu_seconds": others_began - self._others_started - self._evaluating_others_seconds,
+    trained = began - self._started - self._evaluating
+    row = {"step": step, "train_seconds": trained.wall, "cpu_seconds": trained.cpu, "other_cpu_seconds": trained.others,
            "load_average": os.getloadavg()[0], "commit": checkout_commit()}
     for prefix, data in self._data.items():
       results = self.model.evaluate(data, verbose=0, return_dict=True)
@@ -315,9 +330,7 @@ class PeriodicEvaluation(keras.callbacks.Callback):
       if prefix not in self._examples:
         self._examples[prefix] = sum(int(tf.shape(tf.nest.flatten(batch)[0])[0]) for batch in data)
       row[f"{prefix}_examples"] = self._examples[prefix]
-    self._evaluating_seconds += time.perf_counter() - began
-    self._evaluating_cpu_seconds += time.process_time() - cpu_began
-    self._evaluating_others_seconds += _other_cpu_seconds() - others_began
+    self._evaluating += Clocks.now() - began
     self.history.append(row)
     if self._csv_path is not None:
       self._csv_path.parent.mkdir(parents=True, exist_ok=True)
@@ -336,8 +349,7 @@ class PeriodicEvaluation(keras.callbacks.Callback):
 
   def on_train_begin(self, logs=None):
     if self._started is None:
-      self._started = time.perf_counter()
-      self._start_clocks()
+      self._started = Clocks.now()
     self._evaluate()
 
   def on_train_batch_end(self, batch, logs=None):

@@ -31,7 +31,6 @@ import functools
 import math
 import pathlib
 import random
-import time
 
 import keras
 import numpy as np
@@ -332,7 +331,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"])
   # The train seconds count the batcher's build: its cost is part of training with it.
-  started = time.perf_counter()
+  started = common.Clocks.now()
   online = config.sampler == common.ONLINE_IMPORTANCE
   sampler = common.make_sampler(
       config.sampler, neighbors=config.neighbors, radius=config.radius, dense_pi=config.dense_pi,

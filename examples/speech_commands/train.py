@@ -233,7 +233,7 @@ def train_and_evaluate(config: Config, workdir: str | pathlib.Path, verbose: int
       metrics=["accuracy"])
   train_waveforms, train_labels = partitions["training"]
   # The train seconds count the batcher's build and the refreshes: their cost is part of training with it.
-  started = time.perf_counter()
+  started = common.Clocks.now()
   sampler = common.make_sampler(config.sampler, neighbors=config.neighbors, radius=config.radius)
 
   def clean_mfcc(waveforms):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -290,3 +291,20 @@ def test_the_machine_cpu_counts_another_process():
   subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 0.5: pass"], check=True)
   others = common.machine_cpu_seconds() - began - (time.process_time() - own)
   assert others >= 0.4
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/stat").exists(), reason="needs Linux's /proc/stat")
+def test_the_rows_count_the_cpu_from_the_clocks_they_start_at(tmp_path):
+  # Work between the start (before a batcher's build, say) and fit: 0.3 s of this process's CPU
+  # and 0.5 s of another process's. Both belong to the run's first row.
+  started = common.Clocks.now()
+  while time.process_time() - started.cpu < 0.3:
+    pass
+  subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 0.5: pass"], check=True)
+  data = tf.data.Dataset.from_tensor_slices((np.zeros([4, 2], np.float32), np.zeros([4], np.int64))).batch(2)
+  evaluation = common.PeriodicEvaluation(data, 1, tmp_path / "eval.csv", started=started)
+  model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+  model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model.fit(data, epochs=1, steps_per_epoch=1, verbose=0, callbacks=[evaluation])
+  first = evaluation.history[0]
+  assert first["cpu_seconds"] >= 0.3 and first["other_cpu_seconds"] >= 0.4
